@@ -1,0 +1,64 @@
+"""Grain adapter. Grain is imported only when a Grain dataset is passed in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jaxload.layouts import Layout
+from jaxload.loader import DEFAULT_TIMEOUT_S, Loader
+
+
+def from_grain(
+    ds: Any,
+    layout: Layout,
+    *,
+    global_batch_size: int,
+    shard: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Loader:
+    """A :class:`~jaxload.Loader` of global batches from an unbatched Grain dataset.
+
+    A ``grain.MapDataset`` is sharded by loading group (``ds[plan.shard_index::plan.shard_count]``:
+    processes that need the same rows read the same elements), batched to
+    ``plan.local_batch_size`` rows with the incomplete last batch dropped, and each per-process
+    batch becomes one global ``jax.Array`` per feature on ``layout.sharding``.
+
+    Args:
+      ds: an unbatched ``grain.MapDataset``, or a ``grain.IterDataset`` with ``shard=False``.
+        Elements are numpy arrays/scalars or dicts, tuples and nested structures of them.
+      layout: where the batches go (``jaxload.data_parallel()``, ...).
+      global_batch_size: rows per step over all devices.
+      shard: ``False`` if ``ds`` already holds only this loading group's elements; jaxload then
+        only batches. An ``IterDataset`` cannot be sharded by index without reading every
+        element, so shard its source ``MapDataset`` first
+        (``source[plan.shard_index::plan.shard_count]``) and pass ``shard=False``.
+      timeout_s: how long a process waits for the others at each step before raising.
+
+    Example:
+      >>> ds = grain.MapDataset.range(1024).map(lambda i: {"x": np.float32(i)})
+      >>> loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=128)
+      >>> next(iter(loader))["x"].shape
+      (128,)
+    """
+    import grain
+
+    plan = layout.plan(global_batch_size)
+    if isinstance(ds, grain.MapDataset):
+        if shard:
+            ds = ds[plan.shard_index :: plan.shard_count]
+        ds = ds.to_iter_dataset()
+    elif isinstance(ds, grain.IterDataset):
+        if shard:
+            raise ValueError(
+                "from_grain got a grain.IterDataset with shard=True; an IterDataset cannot be "
+                "sharded by index without reading every element. Shard its source MapDataset "
+                f"(source[{plan.shard_index}::{plan.shard_count}] for this process, from "
+                "layout.plan(global_batch_size)) before .to_iter_dataset(), and pass shard=False."
+            )
+    else:
+        raise TypeError(
+            "from_grain expects a grain.MapDataset or grain.IterDataset, got "
+            f"{type(ds).__module__}.{type(ds).__name__}"
+        )
+    batched = ds.batch(plan.local_batch_size, drop_remainder=True)
+    return Loader(lambda: iter(batched), layout, plan, timeout_s=timeout_s)

@@ -1,0 +1,79 @@
+"""tf.data adapter. TensorFlow is imported only when a tf.data pipeline is passed in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from jaxload.assemble import leaf_name
+from jaxload.layouts import Layout
+from jaxload.loader import DEFAULT_TIMEOUT_S, Loader
+
+
+def from_tf_data(
+    ds: Any,
+    layout: Layout,
+    *,
+    global_batch_size: int,
+    shard: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Loader:
+    """A :class:`~jaxload.Loader` of global batches from an unbatched ``tf.data.Dataset``.
+
+    The dataset is sharded by loading group (``ds.shard(plan.shard_count, plan.shard_index)``:
+    processes that need the same rows read the same elements), batched to
+    ``plan.local_batch_size`` rows with the incomplete last batch dropped, and each per-process
+    batch becomes one global ``jax.Array`` per feature on ``layout.sharding``.
+
+    Args:
+      ds: an unbatched ``tf.data.Dataset``; elements are arrays/scalars or dicts, tuples and
+        nested structures of them, with fully known shapes and numeric or bool dtypes.
+      layout: where the batches go (``jaxload.data_parallel()``, ...).
+      global_batch_size: rows per step over all devices.
+      shard: ``False`` if ``ds`` already yields only this loading group's elements (for example
+        you sharded files yourself by ``layout.plan(...).shard_index``); jaxload then only
+        batches. Sharding here reads and skips the other groups' elements, so for large
+        file-based inputs shard the file list instead.
+      timeout_s: how long a process waits for the others at each step before raising.
+
+    Example:
+      >>> ds = tf.data.Dataset.range(1024).map(lambda i: {"x": tf.cast(i, tf.float32)})
+      >>> loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=128)
+      >>> next(iter(loader))["x"].shape
+      (128,)
+    """
+    import tensorflow as tf
+
+    if not isinstance(ds, tf.data.Dataset):
+        raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
+    plan = layout.plan(global_batch_size)
+    _check_element_spec(ds.element_spec)
+    if shard:
+        ds = ds.shard(plan.shard_count, plan.shard_index)
+    ds = ds.batch(plan.local_batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return Loader(ds.as_numpy_iterator, layout, plan, timeout_s=timeout_s)
+
+
+def _check_element_spec(element_spec: Any) -> None:
+    """Rejects, before any data is read, features that cannot form a static-shape jax.Array."""
+    import tensorflow as tf
+
+    for path, spec in jax.tree_util.tree_flatten_with_path(element_spec)[0]:
+        name = leaf_name(path)
+        if not isinstance(spec, tf.TensorSpec):
+            raise TypeError(
+                f"feature {name} is a {type(spec).__name__}; only dense tensors can be loaded "
+                "(convert ragged/sparse features to dense in the pipeline)"
+            )
+        if spec.dtype in (tf.string, tf.variant, tf.resource):
+            raise TypeError(
+                f"feature {name} has dtype {spec.dtype.name}; only numeric and bool features can "
+                "be loaded into jax.Arrays. Decode or drop it in the pipeline."
+            )
+        if not spec.shape.is_fully_defined():
+            raise ValueError(
+                f"feature {name} has shape {spec.shape} with unknown dimensions; jax.Arrays need "
+                "static shapes. Pad or crop it to a fixed shape in the pipeline (e.g. "
+                "tf.ensure_shape after padding)."
+            )

@@ -1,0 +1,88 @@
+"""Per-process numpy batch -> global ``jax.Array`` batch.
+
+Each process holds ``plan.local_batch_size`` rows (its loading group's block of the global batch);
+the result is, per leaf, one ``jax.Array`` of leading dim ``plan.global_batch_size`` on
+``plan.sharding``. Built with ``jax.make_array_from_process_local_data``, which places each local
+device's rows without any cross-process communication. (``jax.device_put`` must not be used here:
+in multi-process JAX it assumes every process holds the same global value.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxload.layouts import Plan
+
+PyTree = Any
+
+# Kinds numpy uses for data JAX cannot hold: object, bytes, str, datetime, timedelta.
+_UNSUPPORTED_KINDS = "OSUMm"
+
+
+def leaf_name(path: tuple) -> str:
+    """A readable name for a pytree leaf: ``batch['image']``, ``batch[0]['label']``."""
+    return "batch" + jax.tree_util.keystr(path)
+
+
+def check_local_batch(local_batch: PyTree, plan: Plan) -> list[tuple[str, np.ndarray]]:
+    """Validates a per-process batch and returns its leaves as named numpy arrays.
+
+    Raises ``TypeError`` for a leaf JAX cannot hold (strings, objects) and ``ValueError`` for a
+    scalar leaf or a leading dim other than ``plan.local_batch_size``, naming the leaf.
+    """
+    named = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(local_batch)[0]:
+        name = leaf_name(path)
+        array = np.asarray(leaf)
+        if array.dtype.kind in _UNSUPPORTED_KINDS:
+            example = f" (first value {array.flat[0]!r})" if array.size else ""
+            raise TypeError(
+                f"feature {name} has dtype {array.dtype}{example}; only numeric and bool "
+                "features can be loaded into jax.Arrays. Encode or drop it in the pipeline."
+            )
+        if array.ndim == 0 or array.shape[0] != plan.local_batch_size:
+            raise ValueError(
+                f"feature {name} has shape {array.shape}; a per-process batch needs leading dim "
+                f"local_batch_size={plan.local_batch_size} (global_batch_size="
+                f"{plan.global_batch_size} over {plan.shard_count} loading groups)"
+            )
+        named.append((name, array))
+    if not named:
+        raise ValueError("the batch has no array leaves")
+    return named
+
+
+def assemble(local_batch: PyTree, plan: Plan) -> PyTree:
+    """Turns this process's batch into a pytree of global ``jax.Array``s on ``plan.sharding``.
+
+    Args:
+      local_batch: a pytree (dict, tuple, nested) of arrays with leading dim
+        ``plan.local_batch_size``: the rows ``plan.global_rows`` of the global batch.
+      plan: this process's plan, from ``layout.plan(global_batch_size)``.
+
+    Returns:
+      The same pytree with each leaf a ``jax.Array`` of shape ``(global_batch_size, ...)``.
+
+    Example:
+      >>> layout = jaxload.data_parallel()
+      >>> plan = layout.plan(global_batch_size=16)
+      >>> batch = jaxload.assemble({"x": np.zeros((plan.local_batch_size, 3))}, plan)
+      >>> batch["x"].shape
+      (16, 3)
+    """
+    leaves = [array for _, array in check_local_batch(local_batch, plan)]
+    return build_global(jax.tree_util.tree_structure(local_batch), leaves, plan)
+
+
+def build_global(treedef, leaves: list[np.ndarray], plan: Plan) -> PyTree:
+    """``assemble`` for leaves already validated by :func:`check_local_batch`."""
+    arrays = [
+        jax.make_array_from_process_local_data(
+            plan.sharding, leaf, (plan.global_batch_size,) + leaf.shape[1:]
+        )
+        for leaf in leaves
+    ]
+    return jax.tree_util.tree_unflatten(treedef, arrays)
