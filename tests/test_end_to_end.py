@@ -24,6 +24,7 @@ SCENARIOS = {
         ("tf", "across_processes", 95, 16),
         ("grain", "across_processes", 100, 8),
         ("grain", "data_parallel", 100, 16),
+        ("grain", "across_processes", 96, 16, "process_index"),  # the bug the checks must catch
     ],
     (1, 8): [
         ("tf", "data_parallel", 50, 16),
@@ -59,12 +60,17 @@ def topology_results():
 @pytest.mark.parametrize(
     "topology,index",
     [(t, i) for t, scenarios in SCENARIOS.items() for i in range(len(scenarios))],
-    ids=[f"{t[0]}x{t[1]}-{s[0]}-{s[1]}-{s[2]}el-gbs{s[3]}"
+    ids=[f"{t[0]}x{t[1]}-{s[0]}-{s[1]}-{s[2]}el-gbs{s[3]}" + (f"-by-{s[4]}" if s[4:] else "")
          for t, scenarios in SCENARIOS.items() for s in scenarios],
 )
 def test_epoch_placement(topology_results, topology, index):
-    _, layout, num_elements, global_batch_size = SCENARIOS[topology][index]
+    _, layout, num_elements, global_batch_size, *shard_by = SCENARIOS[topology][index]
     results = topology_results(topology)[index]
+    if shard_by == ["process_index"]:
+        # processes 0 and 2 share replicas but read different elements: replicas disagree
+        with pytest.raises(AssertionError, match=r"row \d+: device \d+ \(process [02]\) holds"):
+            verify_epoch(results, num_elements, global_batch_size)
+        return
     loaded = verify_epoch(results, num_elements, global_batch_size)
     if layout == "across_processes":  # the guide's example: 0 and 2 load the same, 1 and 3
         assert [r["shard_index"] for r in results] == [0, 1, 0, 1]

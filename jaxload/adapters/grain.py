@@ -58,7 +58,7 @@ def from_grain(
     else:
         raise TypeError(
             "from_grain expects a grain.MapDataset or grain.IterDataset, got "
-            f"{type(ds).__module__}.{type(ds).__name__}"
+            f"{type(ds).__name__}"
         )
     batched = ds.batch(plan.local_batch_size, drop_remainder=True)
     return Loader(lambda: iter(batched), layout, plan, timeout_s=timeout_s)

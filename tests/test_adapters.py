@@ -1,0 +1,82 @@
+"""Adapters in one process (8 CPU devices): structures, remainders, bad input, lazy imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import grain
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import jaxload
+
+
+@pytest.fixture
+def layout():
+    return jaxload.data_parallel()
+
+
+def test_tf_tuple_elements_and_incomplete_last_batch(layout):
+    ds = tf.data.Dataset.range(20).map(lambda i: (i, (tf.fill([2], i), i % 3 == 0)))
+    batches = list(jaxload.from_tf_data(ds, layout, global_batch_size=8))
+    assert len(batches) == 2  # 20 rows: two full batches, the last 4 rows dropped
+    ids, (filled, flag) = batches[1]
+    np.testing.assert_array_equal(np.asarray(ids), np.arange(8, 16))
+    np.testing.assert_array_equal(np.asarray(filled), np.repeat(np.arange(8, 16), 2).reshape(8, 2))
+    np.testing.assert_array_equal(np.asarray(flag), np.arange(8, 16) % 3 == 0)
+
+
+def test_grain_scalar_elements(layout):
+    batches = list(jaxload.from_grain(grain.MapDataset.range(17), layout, global_batch_size=8))
+    assert [np.asarray(b).tolist() for b in batches] == [list(range(8)), list(range(8, 16))]
+
+
+def test_grain_iter_dataset_unsharded(layout):
+    ds = grain.MapDataset.range(16).map(lambda i: {"v": np.full(3, i)}).to_iter_dataset()
+    batches = list(jaxload.from_grain(ds, layout, global_batch_size=8, shard=False))
+    assert np.asarray(batches[1]["v"])[:, 0].tolist() == list(range(8, 16))
+
+
+def test_grain_iter_dataset_cannot_be_sharded_by_index(layout):
+    ds = grain.MapDataset.range(16).to_iter_dataset()
+    with pytest.raises(ValueError, match=r"IterDataset with shard=True.*source\[0::1\]"):
+        jaxload.from_grain(ds, layout, global_batch_size=8)
+
+
+@pytest.mark.parametrize("make,backend", [(jaxload.from_grain, "grain.MapDataset"),
+                                          (jaxload.from_tf_data, "tf.data.Dataset")])
+def test_wrong_pipeline_type(layout, make, backend):
+    with pytest.raises(TypeError, match=f"expects a {backend}.*got list"):
+        make([1, 2, 3], layout, global_batch_size=8)
+
+
+def test_tf_string_feature_is_refused_before_reading(layout):
+    ds = tf.data.Dataset.from_tensor_slices({"x": [1.0, 2.0], "name": ["a", "b"]})
+    with pytest.raises(TypeError, match=r"feature batch\['name'\] has dtype string"):
+        jaxload.from_tf_data(ds, layout, global_batch_size=8)
+
+
+def test_tf_unknown_dimension_is_refused(layout):
+    ds = tf.data.Dataset.range(4).map(lambda i: {"tokens": tf.range(i)})
+    with pytest.raises(ValueError, match=r"feature batch\['tokens'\] has shape \(None,\)"):
+        jaxload.from_tf_data(ds, layout, global_batch_size=8)
+
+
+def test_tf_ragged_feature_is_refused(layout):
+    ds = tf.data.Dataset.from_tensor_slices(tf.ragged.constant([[1], [2, 3]]))
+    with pytest.raises(TypeError, match=r"feature batch is a RaggedTensorSpec"):
+        jaxload.from_tf_data(ds, layout, global_batch_size=8)
+
+
+def test_grain_string_feature_is_refused(layout):
+    ds = grain.MapDataset.range(16).map(lambda i: {"x": i, "name": str(i)})
+    with pytest.raises(TypeError, match=r"feature batch\['name'\] has dtype <U"):
+        next(iter(jaxload.from_grain(ds, layout, global_batch_size=8)))
+
+
+def test_import_needs_neither_backend():
+    code = "import sys, jaxload; print(sorted({'tensorflow', 'grain'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,89 @@
+"""Step agreement in real 2-process runs: uneven data, a failing process, mismatched batches,
+a process that stops iterating. Every case must end promptly on every process, never hang."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import jaxload.testing
+
+
+def _outcome(fn):
+    start = time.monotonic()
+    try:
+        result = fn()
+    except Exception as e:  # the test inspects which error each process saw
+        result = f"{type(e).__name__}: {e}"
+    return result, time.monotonic() - start
+
+
+def scenarios():
+    import grain
+    import jax
+    import numpy as np
+
+    import jaxload
+    from placement import make_loader
+
+    p = jax.process_index()
+    layout = jaxload.data_parallel()
+    out = {}
+
+    # Each process's pipeline is its own shard and they differ in length: 40 vs 100 elements.
+    ids = range(p * 1000, p * 1000 + (40 if p == 0 else 100))
+    loader = make_loader("tf", layout, ids, global_batch_size=16, shard=False)
+    out["uneven_steps"] = _outcome(lambda: len(list(loader)))
+
+    def failing(i):
+        if p == 1 and i == 21:  # process 1 reads the odd elements; 21 is in its step 2
+            raise ValueError("corrupt record 21")
+        return np.float32(i)
+
+    loader = jaxload.from_grain(grain.MapDataset.range(64).map(failing), layout,
+                                global_batch_size=8, timeout_s=60)
+    out["failing"] = _outcome(lambda: len(list(loader)))
+
+    # process 1's elements have a different shape: the global batch cannot be formed
+    ds = grain.MapDataset.range(16).map(lambda i: {"x": np.zeros(2 + p, np.float32)})
+    loader = jaxload.from_grain(ds, layout, global_batch_size=8)
+    out["mismatch"] = _outcome(lambda: len(list(loader)))
+
+    # process 1 never iterates this loader: process 0 must give up after timeout_s
+    loader = jaxload.from_grain(grain.MapDataset.range(16), layout, global_batch_size=8,
+                                timeout_s=3)
+    out["absent_peer"] = _outcome(lambda: len(list(loader))) if p == 0 else None
+    return out
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    return jaxload.testing.run(scenarios, num_processes=2, local_devices=2, timeout_s=180)
+
+
+def test_uneven_pipelines_stop_together_at_the_shortest(outcomes):
+    assert [o["uneven_steps"][0] for o in outcomes] == [5, 5]  # 40 // 8 local rows
+
+
+def test_a_failing_process_stops_the_others_with_its_error(outcomes):
+    own, _ = outcomes[1]["failing"]
+    assert own.startswith("ValueError: corrupt record 21")
+    seen, elapsed = outcomes[0]["failing"]
+    assert seen.startswith("RuntimeError: process 1 failed while loading step 2")
+    assert "corrupt record 21" in seen
+    assert elapsed < 30  # well inside timeout_s=60: the failure was announced, not timed out
+
+
+def test_batches_that_differ_between_processes_are_reported(outcomes):
+    for result, _ in (o["mismatch"] for o in outcomes):
+        assert result.startswith("ValueError: at step 0 the processes' batches differ")
+        assert "processes [0]: batch['x']:float32[4, 2]" in result
+        assert "processes [1]: batch['x']:float32[4, 3]" in result
+
+
+def test_a_process_that_stops_iterating_is_named_within_the_timeout(outcomes):
+    result, elapsed = outcomes[0]["absent_peer"]
+    assert result.startswith("PeerTimeoutError: process 0 waited 3 s at step 0")
+    assert "processes [1] did not arrive" in result
+    assert 2.5 < elapsed < 20

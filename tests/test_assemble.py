@@ -1,0 +1,46 @@
+"""Assembly and input validation in one process with 8 CPU devices."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import jaxload
+
+
+@pytest.fixture
+def plan():
+    return jaxload.model_replicas_in_process(2).plan(8)  # 4 replicas x 2 rows
+
+
+def test_leaves_of_any_rank_and_dtype_keep_structure(plan):
+    batch = {
+        "x": np.arange(8, dtype=np.float32),
+        "nested": (np.ones((8, 2, 3), np.int8), {"flag": np.arange(8) % 2 == 0}),
+        "bf16": np.ones((8, 1), jax.numpy.bfloat16),
+    }
+    out = jaxload.assemble(batch, plan)
+    assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(batch)
+    rows_of = {d: slice(a, b) for d, a, b in plan.device_rows}
+    for leaf, source in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(batch)):
+        assert leaf.sharding == plan.sharding
+        assert leaf.shape == source.shape
+        np.testing.assert_array_equal(np.asarray(leaf), source)
+        for shard in leaf.addressable_shards:  # devices of one replica hold the same rows
+            np.testing.assert_array_equal(np.asarray(shard.data), source[rows_of[shard.device.id]])
+
+
+def test_wrong_leading_dim_names_the_feature(plan):
+    with pytest.raises(ValueError, match=r"batch\['y'\] has shape \(7, 2\).*local_batch_size=8"):
+        jaxload.assemble({"x": np.zeros(8), "y": np.zeros((7, 2))}, plan)
+
+
+def test_scalar_leaf_is_refused(plan):
+    with pytest.raises(ValueError, match=r"batch\[1\] has shape \(\)"):
+        jaxload.assemble((np.zeros(8), np.float32(1)), plan)
+
+
+def test_string_leaf_is_refused_before_device_work(plan):
+    with pytest.raises(TypeError, match=r"batch\['name'\] has dtype <U1 \(first value np.str_\('a'\)\)"):
+        jaxload.assemble({"x": np.zeros(8), "name": np.array(list("abcdefgh"))}, plan)
