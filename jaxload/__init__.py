@@ -4,13 +4,15 @@ from jaxload.adapters.grain import from_grain
 from jaxload.adapters.tfdata import from_tf_data
 from jaxload.agreement import PeerTimeoutError
 from jaxload.assemble import assemble
-from jaxload.layouts import Layout
-from jaxload.layouts import Plan
-from jaxload.layouts import SimulatedDevice
-from jaxload.layouts import data_parallel
-from jaxload.layouts import model_replicas_across_processes
-from jaxload.layouts import model_replicas_in_process
-from jaxload.layouts import simulated_devices
+from jaxload.layouts import (
+    Layout,
+    Plan,
+    SimulatedDevice,
+    data_parallel,
+    model_replicas_across_processes,
+    model_replicas_in_process,
+    simulated_devices,
+)
 from jaxload.loader import Loader
 
 __version__ = "0.1.0"

@@ -14,6 +14,7 @@ import itertools
 import jax
 
 _loader_ids = itertools.count()
+_CHUNK = 64  # steps whose keys are deleted together, one RPC per chunk instead of one per step
 
 
 class PeerTimeoutError(RuntimeError):
@@ -53,7 +54,7 @@ class StepAgreement:
             )
 
     def _key(self, step: int) -> str:
-        return f"jaxload/{self._name}/{step}"
+        return f"jaxload/{self._name}/{step // _CHUNK}/{step}"
 
     def exchange(self, step: int, payload: str) -> dict[int, str]:
         """Publishes ``payload`` for ``step`` and returns every process's payload by index."""
@@ -66,8 +67,9 @@ class StepAgreement:
         except Exception as e:  # the runtime raises XlaRuntimeError (DEADLINE_EXCEEDED, ...)
             raise self._timeout_error(step, key) from e
         entries = self._client.key_value_dir_get(key)
-        if step > 0:  # everyone has passed this step's barrier, so step - 1 was read by all
-            self._client.key_value_delete(f"{self._key(step - 1)}/{self._process_index}")
+        if step % _CHUNK == 0 and step and self._process_index == 0:
+            # everyone has passed this step's barrier, so the previous chunk was read by all
+            self._client.key_value_delete(f"jaxload/{self._name}/{step // _CHUNK - 1}")
         return {int(k.rsplit("/", 1)[1]): v for k, v in entries}
 
     def _timeout_error(self, step: int, key: str) -> PeerTimeoutError:

@@ -179,7 +179,7 @@ def _wait(procs: list[subprocess.Popen], timeout_s: float) -> str | None:
 
 def _describe(failure: str, procs: list[subprocess.Popen], logs: list[str]) -> str:
     parts = [f"multi-process run failed: {failure}"]
-    for rank, (proc, log) in enumerate(zip(procs, logs)):
+    for rank, (proc, log) in enumerate(zip(procs, logs, strict=True)):
         tail = "\n".join(log.splitlines()[-_TAIL_LINES:])
         parts.append(f"--- process {rank} (exit code {proc.returncode}), last lines ---\n{tail}")
     return "\n".join(parts)

@@ -147,7 +147,7 @@ def verify_epoch(results: list[dict], num_elements: int, global_batch_size: int)
         step_ids = [int(i) for i in ids.values()]
         assert len(set(step_ids)) == len(step_ids), f"step {step} repeats ids"
         seen += step_ids
-        for r, mine in zip(results, loaded):
+        for r, mine in zip(results, loaded, strict=True):
             mine.update(int(d[-1][k]) for d in r["steps"][step]["['id']"]["shards"]
                         for k in range(len(d[-1])))
     assert num_steps == {expected_steps}

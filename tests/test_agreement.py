@@ -36,6 +36,10 @@ def scenarios():
     loader = make_loader("tf", layout, ids, global_batch_size=16, shard=False)
     out["uneven_steps"] = _outcome(lambda: len(list(loader)))
 
+    # more steps than one chunk of agreement keys (deleted chunk by chunk as the epoch goes)
+    loader = jaxload.from_grain(grain.MapDataset.range(8 * 150), layout, global_batch_size=8)
+    out["long"] = _outcome(lambda: len(list(loader)))
+
     def failing(i):
         if p == 1 and i == 21:  # process 1 reads the odd elements; 21 is in its step 2
             raise ValueError("corrupt record 21")
@@ -64,6 +68,10 @@ def outcomes():
 
 def test_uneven_pipelines_stop_together_at_the_shortest(outcomes):
     assert [o["uneven_steps"][0] for o in outcomes] == [5, 5]  # 40 // 8 local rows
+
+
+def test_a_long_epoch_runs_every_step(outcomes):
+    assert [o["long"][0] for o in outcomes] == [150, 150]
 
 
 def test_a_failing_process_stops_the_others_with_its_error(outcomes):

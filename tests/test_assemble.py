@@ -23,7 +23,7 @@ def test_leaves_of_any_rank_and_dtype_keep_structure(plan):
     out = jaxload.assemble(batch, plan)
     assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(batch)
     rows_of = {d: slice(a, b) for d, a, b in plan.device_rows}
-    for leaf, source in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(batch)):
+    for leaf, source in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(batch), strict=True):
         assert leaf.sharding == plan.sharding
         assert leaf.shape == source.shape
         np.testing.assert_array_equal(np.asarray(leaf), source)
