@@ -208,7 +208,7 @@ def data_parallel(*, devices: Sequence[Device] | None = None) -> Layout:
 
     Example:
       >>> layout = data_parallel(devices=simulated_devices(2, 4))
-      >>> layout.mesh.shape, layout.plan(global_batch_size=32).local_batch_size
+      >>> dict(layout.mesh.shape), layout.plan(global_batch_size=32).local_batch_size
       ({'data': 8}, 16)
     """
     return Layout(Mesh(np.array(_devices(devices)), ("data",)), "data")
@@ -223,7 +223,7 @@ def model_replicas_in_process(model_size: int, *, devices: Sequence[Device] | No
 
     Example:
       >>> layout = model_replicas_in_process(2, devices=simulated_devices(2, 4))
-      >>> layout.mesh.shape, layout.plan(global_batch_size=8).device_rows
+      >>> dict(layout.mesh.shape), layout.plan(global_batch_size=8).device_rows
       ({'replica': 4, 'model': 2}, ((0, 0, 2), (1, 0, 2), (2, 2, 4), (3, 2, 4)))
     """
     per_process = _by_process(_devices(devices))

@@ -150,3 +150,15 @@ def test_plan_is_frozen():
     plan = build("data_parallel", 2, 4).plan(8)
     with pytest.raises(AttributeError):
         plan.shard_index = 1
+
+
+def test_docstring_examples():
+    import doctest
+
+    import jax
+
+    from jaxload import layouts
+
+    result = doctest.testmod(layouts, extraglobs={"jax": jax, "np": np},
+                             optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 10 and result.failed == 0
