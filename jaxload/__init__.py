@@ -14,6 +14,7 @@ from jaxload.layouts import (
     simulated_devices,
 )
 from jaxload.loader import Loader
+from jaxload.remainder import REMAINDER_MODES, unpad
 
 __version__ = "0.1.0"
 
@@ -22,6 +23,7 @@ __all__ = (
     "Loader",
     "PeerTimeoutError",
     "Plan",
+    "REMAINDER_MODES",
     "SimulatedDevice",
     "assemble",
     "data_parallel",
@@ -30,4 +32,5 @@ __all__ = (
     "model_replicas_across_processes",
     "model_replicas_in_process",
     "simulated_devices",
+    "unpad",
 )

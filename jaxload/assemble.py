@@ -27,13 +27,17 @@ def leaf_name(path: tuple) -> str:
     return "batch" + jax.tree_util.keystr(path)
 
 
-def check_local_batch(local_batch: PyTree, plan: Plan) -> list[tuple[str, np.ndarray]]:
+def check_local_batch(
+    local_batch: PyTree, plan: Plan, *, partial: bool = False
+) -> list[tuple[str, np.ndarray]]:
     """Validates a per-process batch and returns its leaves as named numpy arrays.
 
     Raises ``TypeError`` for a leaf JAX cannot hold (strings, objects) and ``ValueError`` for a
-    scalar leaf or a leading dim other than ``plan.local_batch_size``, naming the leaf.
+    scalar leaf or a leading dim other than ``plan.local_batch_size``, naming the leaf. With
+    ``partial``, a last batch of fewer rows (the same for every leaf) is accepted.
     """
     named = []
+    rows = None
     for path, leaf in jax.tree_util.tree_flatten_with_path(local_batch)[0]:
         name = leaf_name(path)
         array = np.asarray(leaf)
@@ -43,12 +47,16 @@ def check_local_batch(local_batch: PyTree, plan: Plan) -> list[tuple[str, np.nda
                 f"feature {name} has dtype {array.dtype}{example}; only numeric and bool "
                 "features can be loaded into jax.Arrays. Encode or drop it in the pipeline."
             )
-        if array.ndim == 0 or array.shape[0] != plan.local_batch_size:
+        full = array.ndim > 0 and array.shape[0] == plan.local_batch_size
+        short = partial and array.ndim > 0 and 0 < array.shape[0] < plan.local_batch_size
+        if not (full or short) or rows not in (None, array.shape[0]):
+            expected = f"{'at most ' if partial else ''}local_batch_size={plan.local_batch_size}"
             raise ValueError(
                 f"feature {name} has shape {array.shape}; a per-process batch needs leading dim "
-                f"local_batch_size={plan.local_batch_size} (global_batch_size="
+                f"{expected}, the same for every feature (global_batch_size="
                 f"{plan.global_batch_size} over {plan.shard_count} loading groups)"
             )
+        rows = array.shape[0]
         named.append((name, array))
     if not named:
         raise ValueError("the batch has no array leaves")

@@ -1,13 +1,16 @@
 """The Loader: per-process numpy batches in, global ``jax.Array`` batches out, in lockstep.
 
-Every step, before anything touches a device, all processes agree (:mod:`jaxload.agreement`)
-that each of them has a batch and that the batches have the same structure, shapes and dtypes.
-The first step that some process cannot fill ends the epoch on every process, so a process that
-runs out of data early never leaves the others blocked in a collective.
+Every step, before anything touches a device, all processes exchange a short report
+(:mod:`jaxload.agreement`): how many rows this process has, the batch's structure, shapes and
+dtypes, or the error its pipeline raised. From the same reports every process takes the same
+decision: go on, end the epoch (see :mod:`jaxload.remainder`), or raise. So a process that runs out
+of data early never leaves the others blocked in a collective, and a process that fails stops
+the others with its error.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,13 +19,19 @@ import jax
 from jaxload import agreement
 from jaxload.assemble import build_global, check_local_batch
 from jaxload.layouts import Layout, Plan
+from jaxload.remainder import (
+    DROP,
+    PAD,
+    check_paddable,
+    check_remainder,
+    decode_template,
+    encode_template,
+    pad_rows,
+)
 
 PyTree = Any
 
 DEFAULT_TIMEOUT_S = 600.0
-
-_NO_BATCH = "end"
-_FAILED = "failed"
 
 
 class Loader:
@@ -34,6 +43,7 @@ class Loader:
     Attributes:
       layout: the layout the batches are placed on.
       plan: this process's loading plan (``shard_index``, ``local_batch_size``, ...).
+      remainder: ``"drop"`` or ``"pad"`` (see :mod:`jaxload.remainder`).
 
     Example:
       >>> loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=64)
@@ -47,6 +57,7 @@ class Loader:
         layout: Layout,
         plan: Plan,
         *,
+        remainder: str = DROP,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ):
         """``local_batches()`` starts a new pass and yields this process's numpy batches."""
@@ -54,6 +65,7 @@ class Loader:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self.layout = layout
         self.plan = plan
+        self.remainder = check_remainder(remainder)
         self._local_batches = local_batches
         self._timeout_s = timeout_s
         self._id = agreement.next_loader_id()
@@ -63,45 +75,69 @@ class Loader:
         p = self.plan
         return (
             f"Loader(global_batch_size={p.global_batch_size}, local_batch_size="
-            f"{p.local_batch_size}, shard_index={p.shard_index}, shard_count={p.shard_count})"
+            f"{p.local_batch_size}, shard_index={p.shard_index}, shard_count={p.shard_count}, "
+            f"remainder={self.remainder!r})"
         )
 
     def __iter__(self) -> Iterator[PyTree]:
         steps = agreement.StepAgreement(f"{self._id}.{self._passes}", self._timeout_s)
         self._passes += 1
         local_batches = self._local_batches()
+        pad = self.remainder == PAD
+        # In "pad" mode each process sends a zero-row copy of its batch whenever the batch's
+        # signature is new, so that a process whose data has run out can build zero padding.
+        template, sent = None, None
         for step in range(2**63):
             try:
                 local = next(local_batches, None)
-                named = None if local is None else check_local_batch(local, self.plan)
+                report = self._report(local)
+                if pad and local is not None and report["signature"] != sent:
+                    report["template"], sent = encode_template(local), report["signature"]
             except Exception as e:
-                steps.exchange(step, f"{_FAILED}|{type(e).__name__}: {e}")
+                steps.exchange(step, json.dumps({"error": f"{type(e).__name__}: {e}"}))
                 raise
-            payloads = steps.exchange(step, _NO_BATCH if named is None else _signature(named))
-            if not _all_have_batches(payloads, step):
+            reports = {p: json.loads(r) for p, r in steps.exchange(step, json.dumps(report)).items()}
+            if not _go_on(reports, step, self.plan.local_batch_size, pad):
                 return
-            yield build_global(jax.tree_util.tree_structure(local), [a for _, a in named], self.plan)
+            if pad:
+                template = next((r["template"] for r in reports.values() if "template" in r), template)
+                if local is None:
+                    local = decode_template(template)
+                local = pad_rows(local, self.plan.local_batch_size)
+            leaves = jax.tree_util.tree_leaves(local)
+            yield build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
+
+    def _report(self, local: PyTree | None) -> dict:
+        """What this process tells the others about its batch for this step."""
+        if local is None:
+            return {"rows": 0}
+        pad = self.remainder == PAD
+        if pad:
+            check_paddable(local)
+        named = check_local_batch(local, self.plan, partial=pad)
+        return {
+            "rows": int(named[0][1].shape[0]),
+            "signature": ";".join(f"{n}:{a.dtype}{list(a.shape[1:])}" for n, a in named),
+        }
 
 
-def _signature(named) -> str:
-    return ";".join(f"{name}:{array.dtype}{list(array.shape)}" for name, array in named)
-
-
-def _all_have_batches(payloads: dict[int, str], step: int) -> bool:
-    """False at the end of data; raises if a process failed or the processes' batches differ."""
-    failed = {p: v.split("|", 1)[1] for p, v in payloads.items() if v.startswith(_FAILED)}
+def _go_on(reports: dict[int, dict], step: int, local_batch_size: int, pad: bool) -> bool:
+    """The same decision on every process; raises if a process failed or batches differ."""
+    failed = {p: r["error"] for p, r in reports.items() if "error" in r}
     if failed:
         p, message = min(failed.items())
         raise RuntimeError(f"process {p} failed while loading step {step}: {message}")
-    if any(v == _NO_BATCH for v in payloads.values()):
-        return False
     kinds: dict[str, list[int]] = {}
-    for p, signature in sorted(payloads.items()):
-        kinds.setdefault(signature, []).append(p)
+    for p, r in sorted(reports.items()):
+        if r["rows"]:
+            kinds.setdefault(r["signature"], []).append(p)
     if len(kinds) > 1:
         described = "\n".join(f"  processes {ps}: {sig}" for sig, ps in kinds.items())
         raise ValueError(
-            f"at step {step} the processes' batches differ in structure, shape or dtype, so "
-            f"they cannot form one global batch:\n{described}"
+            f"at step {step} the processes' batches differ in structure, feature shapes or "
+            f"dtypes (shapes shown without the batch dim), so they cannot form one global "
+            f"batch:\n{described}"
         )
-    return True
+    if pad:
+        return bool(kinds)
+    return all(r["rows"] == local_batch_size for r in reports.values())

@@ -80,3 +80,42 @@ def test_import_needs_neither_backend():
     code = "import sys, jaxload; print(sorted({'tensorflow', 'grain'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("make,ds", [
+    (jaxload.from_grain, lambda: grain.MapDataset.range(8)),
+    (jaxload.from_tf_data, lambda: tf.data.Dataset.range(8)),
+])
+def test_unknown_remainder_mode_lists_the_valid_ones(layout, make, ds):
+    message = r"remainder='keep' is not a remainder mode; valid modes: 'drop', 'pad'"
+    with pytest.raises(ValueError, match=message):
+        make(ds(), layout, global_batch_size=8, remainder="keep")
+
+
+def test_pad_delivers_the_last_rows_with_a_mask(layout):
+    ds = grain.MapDataset.range(20).map(lambda i: {"v": np.full(2, i, np.int32)})
+    batches = list(jaxload.from_grain(ds, layout, global_batch_size=8, remainder="pad"))
+    assert len(batches) == 3
+    last = batches[-1]
+    np.testing.assert_array_equal(np.asarray(last["mask"]), np.arange(8) < 4)
+    np.testing.assert_array_equal(np.asarray(last["v"])[:, 0], [16, 17, 18, 19, 0, 0, 0, 0])
+    kept = jaxload.unpad({"v": last["v"]}, last["mask"])
+    np.testing.assert_array_equal(kept["v"][:, 0], [16, 17, 18, 19])
+
+
+def test_pad_needs_dict_elements(layout):
+    ds = tf.data.Dataset.range(8).map(lambda i: (i, i))
+    with pytest.raises(TypeError, match="remainder='pad' adds a boolean 'mask' feature and needs dict"):
+        next(iter(jaxload.from_tf_data(ds, layout, global_batch_size=8, remainder="pad")))
+
+
+def test_pad_refuses_an_existing_mask_feature(layout):
+    ds = grain.MapDataset.range(8).map(lambda i: {"mask": i})
+    with pytest.raises(ValueError, match=r"already have a feature batch\['mask'\]"):
+        next(iter(jaxload.from_grain(ds, layout, global_batch_size=8, remainder="pad")))
+
+
+def test_empty_pipeline_yields_nothing(layout):
+    assert list(jaxload.from_grain(grain.MapDataset.range(0), layout, global_batch_size=8)) == []
+    assert list(jaxload.from_tf_data(tf.data.Dataset.range(0), layout, global_batch_size=8,
+                                     remainder="pad")) == []

@@ -86,8 +86,8 @@ def test_a_failing_process_stops_the_others_with_its_error(outcomes):
 def test_batches_that_differ_between_processes_are_reported(outcomes):
     for result, _ in (o["mismatch"] for o in outcomes):
         assert result.startswith("ValueError: at step 0 the processes' batches differ")
-        assert "processes [0]: batch['x']:float32[4, 2]" in result
-        assert "processes [1]: batch['x']:float32[4, 3]" in result
+        assert "processes [0]: batch['x']:float32[2]" in result
+        assert "processes [1]: batch['x']:float32[3]" in result
 
 
 def test_a_process_that_stops_iterating_is_named_within_the_timeout(outcomes):

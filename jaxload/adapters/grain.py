@@ -6,6 +6,7 @@ from typing import Any
 
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader
+from jaxload.remainder import DROP, check_remainder
 
 
 def from_grain(
@@ -14,13 +15,14 @@ def from_grain(
     *,
     global_batch_size: int,
     shard: bool = True,
+    remainder: str = DROP,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched Grain dataset.
 
     A ``grain.MapDataset`` is sharded by loading group (``ds[plan.shard_index::plan.shard_count]``:
     processes that need the same rows read the same elements), batched to
-    ``plan.local_batch_size`` rows with the incomplete last batch dropped, and each per-process
+    ``plan.local_batch_size`` rows (the incomplete last batch dropped or padded), and each per-process
     batch becomes one global ``jax.Array`` per feature on ``layout.sharding``.
 
     Args:
@@ -32,6 +34,10 @@ def from_grain(
         only batches. An ``IterDataset`` cannot be sharded by index without reading every
         element, so shard its source ``MapDataset`` first
         (``source[plan.shard_index::plan.shard_count]``) and pass ``shard=False``.
+      remainder: ``"drop"`` (default) ends the epoch on every process at the first step some
+        process cannot fill; ``"pad"`` goes on until every process is exhausted, zero-fills the
+        missing rows and adds a bool ``"mask"`` feature (dict elements only). See
+        :mod:`jaxload.remainder`.
       timeout_s: how long a process waits for the others at each step before raising.
 
     Example:
@@ -42,6 +48,7 @@ def from_grain(
     """
     import grain
 
+    check_remainder(remainder)
     plan = layout.plan(global_batch_size)
     if isinstance(ds, grain.MapDataset):
         if shard:
@@ -60,5 +67,5 @@ def from_grain(
             "from_grain expects a grain.MapDataset or grain.IterDataset, got "
             f"{type(ds).__name__}"
         )
-    batched = ds.batch(plan.local_batch_size, drop_remainder=True)
-    return Loader(lambda: iter(batched), layout, plan, timeout_s=timeout_s)
+    batched = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
+    return Loader(lambda: iter(batched), layout, plan, remainder=remainder, timeout_s=timeout_s)

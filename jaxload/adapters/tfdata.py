@@ -9,6 +9,7 @@ import jax
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader
+from jaxload.remainder import DROP, check_remainder
 
 
 def from_tf_data(
@@ -17,13 +18,14 @@ def from_tf_data(
     *,
     global_batch_size: int,
     shard: bool = True,
+    remainder: str = DROP,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched ``tf.data.Dataset``.
 
     The dataset is sharded by loading group (``ds.shard(plan.shard_count, plan.shard_index)``:
     processes that need the same rows read the same elements), batched to
-    ``plan.local_batch_size`` rows with the incomplete last batch dropped, and each per-process
+    ``plan.local_batch_size`` rows (the incomplete last batch dropped or padded), and each per-process
     batch becomes one global ``jax.Array`` per feature on ``layout.sharding``.
 
     Args:
@@ -35,6 +37,10 @@ def from_tf_data(
         you sharded files yourself by ``layout.plan(...).shard_index``); jaxload then only
         batches. Sharding here reads and skips the other groups' elements, so for large
         file-based inputs shard the file list instead.
+      remainder: ``"drop"`` (default) ends the epoch on every process at the first step some
+        process cannot fill; ``"pad"`` goes on until every process is exhausted, zero-fills the
+        missing rows and adds a bool ``"mask"`` feature (dict elements only). See
+        :mod:`jaxload.remainder`.
       timeout_s: how long a process waits for the others at each step before raising.
 
     Example:
@@ -47,12 +53,14 @@ def from_tf_data(
 
     if not isinstance(ds, tf.data.Dataset):
         raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
+    check_remainder(remainder)
     plan = layout.plan(global_batch_size)
     _check_element_spec(ds.element_spec)
     if shard:
         ds = ds.shard(plan.shard_count, plan.shard_index)
-    ds = ds.batch(plan.local_batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-    return Loader(ds.as_numpy_iterator, layout, plan, timeout_s=timeout_s)
+    ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    return Loader(ds.as_numpy_iterator, layout, plan, remainder=remainder, timeout_s=timeout_s)
 
 
 def _check_element_spec(element_spec: Any) -> None:
