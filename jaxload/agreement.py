@@ -18,7 +18,8 @@ _CHUNK = 64  # steps whose keys are deleted together, one RPC per chunk instead 
 
 
 class PeerTimeoutError(RuntimeError):
-    """Some processes did not reach a step's agreement within the timeout (dead, stuck or slow)."""
+    """Some processes did not reach a step's agreement in time (dead, stuck or slow), or the
+    coordinator could not be reached."""
 
 
 def next_loader_id() -> int:
@@ -61,27 +62,30 @@ class StepAgreement:
         if self._client is None:
             return {self._process_index: payload}
         key = self._key(step)
-        self._client.key_value_set(f"{key}/{self._process_index}", payload)
         try:
+            self._client.key_value_set(f"{key}/{self._process_index}", payload)
             self._client.wait_at_barrier(key, self._timeout_ms)
-        except Exception as e:  # the runtime raises XlaRuntimeError (DEADLINE_EXCEEDED, ...)
-            raise self._timeout_error(step, key) from e
-        entries = self._client.key_value_dir_get(key)
-        if step % _CHUNK == 0 and step and self._process_index == 0:
-            # everyone has passed this step's barrier, so the previous chunk was read by all
-            self._client.key_value_delete(f"jaxload/{self._name}/{step // _CHUNK - 1}")
+            entries = self._client.key_value_dir_get(key)
+            if step % _CHUNK == 0 and step and self._process_index == 0:
+                # everyone has passed this step's barrier, so the previous chunk was read by all
+                self._client.key_value_delete(f"jaxload/{self._name}/{step // _CHUNK - 1}")
+        except Exception as e:  # the runtime raises JaxRuntimeError (DEADLINE_EXCEEDED, ...)
+            raise self._timeout_error(step, key, e) from e
         return {int(k.rsplit("/", 1)[1]): v for k, v in entries}
 
-    def _timeout_error(self, step: int, key: str) -> PeerTimeoutError:
+    def _timeout_error(self, step: int, key: str, cause: Exception) -> PeerTimeoutError:
         try:
             arrived = {int(k.rsplit("/", 1)[1]) for k, _ in self._client.key_value_dir_get(key)}
         except Exception:  # the coordinator itself may be gone
             arrived = set()
         missing = sorted(set(range(self._process_count)) - arrived)
-        who = f"processes {missing} did not arrive" if arrived else "the coordinator did not answer"
+        if arrived:
+            who = f"processes {missing} did not arrive"
+        else:
+            who = f"the coordinator (process 0) did not answer ({str(cause).splitlines()[0]})"
         return PeerTimeoutError(
-            f"process {self._process_index} waited {self._timeout_ms / 1000:g} s at step {step} "
-            f"of loader {self._name!r} for the other processes: {who}. A process died, hangs in "
-            "its input pipeline, or stopped iterating this loader (every process must iterate "
-            "every loader in the same order)."
+            f"process {self._process_index} waited for the other processes at step {step} of "
+            f"loader {self._name!r} (timeout_s={self._timeout_ms / 1000:g}): {who}. A process "
+            "died, hangs in its input pipeline, or stopped iterating this loader (every process "
+            "must iterate every loader in the same order)."
         )

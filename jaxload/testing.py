@@ -30,6 +30,7 @@ from typing import Any
 _ENV_PROCESSES = "JAXLOAD_NUM_PROCESSES"
 _ENV_PROCESS_ID = "JAXLOAD_PROCESS_ID"
 _ENV_COORDINATOR = "JAXLOAD_COORDINATOR"
+_ENV_HEARTBEAT = "JAXLOAD_HEARTBEAT_TIMEOUT_S"
 _TAIL_LINES = 30
 
 
@@ -60,17 +61,22 @@ def initialize() -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     num_processes = int(os.environ.get(_ENV_PROCESSES, "1"))
     if num_processes > 1:
+        heartbeat = os.environ.get(_ENV_HEARTBEAT)
         jax.distributed.initialize(
             coordinator_address=os.environ[_ENV_COORDINATOR],
             num_processes=num_processes,
             process_id=int(os.environ[_ENV_PROCESS_ID]),
             initialization_timeout=60,
+            **({"heartbeat_timeout_seconds": int(heartbeat)} if heartbeat else {}),
         )
 
 
-def process_env(process_id: int, num_processes: int, local_devices: int, port: int) -> dict[str, str]:
+def process_env(process_id: int, num_processes: int, local_devices: int, port: int,
+                heartbeat_timeout_s: int | None = None) -> dict[str, str]:
     """The environment of one local process: fake CPU devices and the cluster's coordinates."""
     env = dict(os.environ)
+    if heartbeat_timeout_s:
+        env[_ENV_HEARTBEAT] = str(int(heartbeat_timeout_s))
     flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
     env.update(
         XLA_FLAGS=" ".join(flags + [f"--xla_force_host_platform_device_count={local_devices}"]),
@@ -92,15 +98,19 @@ def run_script(
     num_processes: int,
     local_devices: int,
     timeout_s: float = 300,
+    fail_fast: bool = True,
+    heartbeat_timeout_s: int | None = None,
 ) -> list[str]:
     """Runs ``python *argv`` in each process (the script calls :func:`initialize`).
 
     Returns each process's output. Raises :class:`ProcessesFailed` if one exits non-zero or the
-    timeout passes.
+    timeout passes. With ``fail_fast`` (the default) the first failure kills the other
+    processes; without it they run on until they exit or the timeout passes, to see how they
+    react to the failure. ``heartbeat_timeout_s`` is passed to ``jax.distributed.initialize``:
+    how soon the cluster notices a dead process (JAX's default: 100 s).
     """
-    return _launch(
-        lambda rank: [sys.executable, *argv], num_processes, local_devices, timeout_s
-    )
+    return _launch(lambda rank: [sys.executable, *argv], num_processes, local_devices, timeout_s,
+                   fail_fast, heartbeat_timeout_s)
 
 
 def run(
@@ -131,7 +141,8 @@ def run(
 
 
 def _launch(command: Callable[[int], list[str]], num_processes: int, local_devices: int,
-            timeout_s: float) -> list[str]:
+            timeout_s: float, fail_fast: bool = True,
+            heartbeat_timeout_s: int | None = None) -> list[str]:
     for name, value in (("num_processes", num_processes), ("local_devices", local_devices)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -143,17 +154,17 @@ def _launch(command: Callable[[int], list[str]], num_processes: int, local_devic
             with open(log_path, "wb") as log:
                 procs.append(subprocess.Popen(
                     command(rank), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=process_env(rank, num_processes, local_devices, port),
+                    env=process_env(rank, num_processes, local_devices, port, heartbeat_timeout_s),
                 ))
-        failure = _wait(procs, timeout_s)
+        failure = _wait(procs, timeout_s, fail_fast)
         logs = [p.read_text(errors="replace") for p in log_paths]
     if failure:
         raise ProcessesFailed(_describe(failure, procs, logs), [p.returncode for p in procs], logs)
     return logs
 
 
-def _wait(procs: list[subprocess.Popen], timeout_s: float) -> str | None:
-    """Waits for all processes; on the first failure or at the timeout kills the rest."""
+def _wait(procs: list[subprocess.Popen], timeout_s: float, fail_fast: bool) -> str | None:
+    """Waits for all processes; at the timeout (or the first failure) kills the rest."""
     deadline = time.monotonic() + timeout_s
     failure = None
     while failure is None:
@@ -161,7 +172,7 @@ def _wait(procs: list[subprocess.Popen], timeout_s: float) -> str | None:
         if all(c == 0 for c in codes):
             return None
         bad = [rank for rank, c in enumerate(codes) if c not in (None, 0)]
-        if bad:
+        if bad and (fail_fast or None not in codes):
             failure = f"process {bad[0]} exited with code {codes[bad[0]]}"
         elif time.monotonic() > deadline:
             running = [rank for rank, c in enumerate(codes) if c is None]

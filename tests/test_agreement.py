@@ -4,6 +4,7 @@ a process that stops iterating. Every case must end promptly on every process, n
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +93,33 @@ def test_batches_that_differ_between_processes_are_reported(outcomes):
 
 def test_a_process_that_stops_iterating_is_named_within_the_timeout(outcomes):
     result, elapsed = outcomes[0]["absent_peer"]
-    assert result.startswith("PeerTimeoutError: process 0 waited 3 s at step 0")
+    assert result.startswith("PeerTimeoutError: process 0 waited for the other processes at step 0")
+    assert "(timeout_s=3)" in result
     assert "processes [1] did not arrive" in result
     assert 2.5 < elapsed < 20
+
+
+# When process 0 (the coordinator) dies, JAX's own error polling may terminate the survivor
+# before the loader's barrier returns; either message tells the user what happened.
+@pytest.mark.parametrize("victim,messages", [
+    (1, ["PeerTimeoutError: process 0 waited for the other processes at step",
+         "processes [1] did not arrive"]),
+    (0, ["PeerTimeoutError: process 1 waited for the other processes at step|"
+         "Terminating process because the JAX distributed service detected fatal errors",
+         "the coordinator (process 0) did not answer|another task died"]),
+])
+def test_a_killed_process_ends_the_survivor_with_a_readable_error(victim, messages):
+    script = str(Path(__file__).parent / "scripts" / "lose_a_peer.py")
+    start = time.monotonic()
+    with pytest.raises(jaxload.testing.ProcessesFailed) as failed:
+        jaxload.testing.run_script([script, str(victim)], num_processes=2, local_devices=2,
+                                   timeout_s=120, fail_fast=False, heartbeat_timeout_s=10)
+    elapsed = time.monotonic() - start
+    survivor = 1 - victim
+    assert failed.value.returncodes[victim] == -9
+    assert failed.value.returncodes[survivor] not in (0, None)
+    log = failed.value.logs[survivor]
+    for alternatives in messages:
+        assert any(m in log for m in alternatives.split("|")), (alternatives, log[-2000:])
+    # detection within the loader's timeout_s=5, exit within JAX's heartbeat timeout of 10 s
+    assert elapsed < 60, elapsed
