@@ -1,0 +1,29 @@
+"""The examples run and print what the README shows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def run_example(name: str) -> str:
+    done = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_demo_prints_placement_of_every_layout():
+    out = run_example("demo.py")
+    assert "model_replicas_across_processes(2)   mesh replica=4 x model=2" in out
+    assert "process 1: loading group 0 of 1, loads 16 rows = global rows 0-15" in out
+    assert "process 1: loading group 1 of 2, loads 8 rows = global rows 8-15" in out
+
+
+def test_uneven_example():
+    out = run_example("uneven.py")
+    assert "process 1: pipeline of  40 elements ->  5 steps,  40 real rows delivered" in out
+    assert "process 0: pipeline of 100 elements -> 13 steps, 100 real rows delivered" in out
