@@ -86,11 +86,14 @@ class Loader:
         pad = self.remainder == PAD
         # In "pad" mode each process sends a zero-row copy of its batch whenever the batch's
         # signature is new, so that a process whose data has run out can build zero padding.
-        template, sent = None, None
+        template, sent, first = None, None, None
         for step in range(2**63):
             try:
                 local = next(local_batches, None)
                 report = self._report(local)
+                first = first or report.get("signature")
+                if report.get("signature", first) != first:
+                    raise ValueError(_shape_change(first, report["signature"], step))
                 if pad and local is not None and report["signature"] != sent:
                     report["template"], sent = encode_template(local), report["signature"]
             except Exception as e:
@@ -119,6 +122,16 @@ class Loader:
             "rows": int(named[0][1].shape[0]),
             "signature": ";".join(f"{n}:{a.dtype}{list(a.shape[1:])}" for n, a in named),
         }
+
+
+def _shape_change(first: str, now: str, step: int) -> str:
+    before, after = dict(f.rsplit(":", 1) for f in first.split(";")), dict(
+        f.rsplit(":", 1) for f in now.split(";"))
+    changed = [f"feature {n} was {before.get(n, 'absent')} at step 0 but is {after.get(n, 'absent')}"
+               for n in sorted(set(before) | set(after)) if before.get(n) != after.get(n)]
+    return (f"the batch at step {step} differs from the first one: {'; '.join(changed)}. "
+            "Features need one static shape and dtype (pad or crop variable-length features "
+            "in the pipeline); a changing shape would also recompile the training step.")
 
 
 def _go_on(reports: dict[int, dict], step: int, local_batch_size: int, pad: bool) -> bool:

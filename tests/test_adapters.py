@@ -119,3 +119,32 @@ def test_empty_pipeline_yields_nothing(layout):
     assert list(jaxload.from_grain(grain.MapDataset.range(0), layout, global_batch_size=8)) == []
     assert list(jaxload.from_tf_data(tf.data.Dataset.range(0), layout, global_batch_size=8,
                                      remainder="pad")) == []
+
+
+def test_grain_shape_change_within_a_batch_names_the_feature(layout):
+    ds = grain.MapDataset.range(16).map(lambda i: {"x": np.zeros(2 + (i == 5))})
+    with pytest.raises(ValueError, match=r"feature batch\['x'\] has shape \(2,\) in element 0 but "
+                                         r"\(3,\) in element 5 of the same batch"):
+        next(iter(jaxload.from_grain(ds, layout, global_batch_size=8)))
+
+
+@pytest.mark.parametrize("extra,change", [(True, "appears"), (False, "disappears")])
+def test_grain_structure_change_names_the_key(layout, extra, change):
+    def element(i):
+        out = {"x": np.float32(i)}
+        if (i == 3) == extra:
+            out["label"] = np.int32(i)
+        return out
+
+    ds = grain.MapDataset.range(16).map(element)
+    with pytest.raises(ValueError, match=rf"feature batch\['label'\] {change}"):
+        next(iter(jaxload.from_grain(ds, layout, global_batch_size=8)))
+
+
+def test_shape_change_between_batches_is_refused(layout):
+    ds = grain.MapDataset.range(16).map(lambda i: {"x": np.zeros(2 if i < 8 else 3, np.float32)})
+    loader = iter(jaxload.from_grain(ds, layout, global_batch_size=8))
+    next(loader)
+    with pytest.raises(ValueError, match=r"batch at step 1 differs from the first one: feature "
+                                         r"batch\['x'\] was float32\[2\] at step 0 but is float32\[3\]"):
+        next(loader)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader
 from jaxload.remainder import DROP, check_remainder
@@ -67,5 +68,6 @@ def from_grain(
             "from_grain expects a grain.MapDataset or grain.IterDataset, got "
             f"{type(ds).__name__}"
         )
-    batched = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
+    batched = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
+                       batch_fn=stack_elements)
     return Loader(lambda: iter(batched), layout, plan, remainder=remainder, timeout_s=timeout_s)
