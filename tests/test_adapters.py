@@ -148,3 +148,27 @@ def test_shape_change_between_batches_is_refused(layout):
     with pytest.raises(ValueError, match=r"batch at step 1 differs from the first one: feature "
                                          r"batch\['x'\] was float32\[2\] at step 0 but is float32\[3\]"):
         next(loader)
+
+
+def test_tf_already_batched_with_the_wrong_leading_dim_is_refused(layout):
+    ds = tf.data.Dataset.range(64).map(lambda i: {"x": i}).batch(4, drop_remainder=True)
+    with pytest.raises(ValueError, match=r"feature batch\['x'\] of the already-batched dataset has "
+                                         r"shape \(4,\); with batched=True its leading dim must be "
+                                         r"local_batch_size=8"):
+        jaxload.from_tf_data(ds, layout, global_batch_size=8, batched=True)
+
+
+def test_already_batched_pipelines(layout):
+    ds = tf.data.Dataset.range(64).map(lambda i: {"x": i}).batch(8, drop_remainder=True)
+    batches = list(jaxload.from_tf_data(ds, layout, global_batch_size=8, batched=True))
+    assert len(batches) == 8 and np.asarray(batches[1]["x"]).tolist() == list(range(8, 16))
+    gds = grain.MapDataset.range(64).batch(4)
+    with pytest.raises(ValueError, match=r"feature batch has shape \(4,\); a per-process batch "
+                                         r"needs leading dim local_batch_size=8"):
+        next(iter(jaxload.from_grain(gds, layout, global_batch_size=8, batched=True)))
+
+
+def test_tf_unknown_rank_is_refused(layout):
+    ds = tf.data.Dataset.range(4).map(lambda i: tf.py_function(lambda: 1.0, [], tf.float32))
+    with pytest.raises(ValueError, match=r"feature batch has shape <unknown>"):
+        jaxload.from_tf_data(ds, layout, global_batch_size=8)

@@ -17,6 +17,7 @@ def from_grain(
     global_batch_size: int,
     shard: bool = True,
     remainder: str = DROP,
+    batched: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched Grain dataset.
@@ -39,6 +40,9 @@ def from_grain(
         process cannot fill; ``"pad"`` goes on until every process is exhausted, zero-fills the
         missing rows and adds a bool ``"mask"`` feature (dict elements only). See
         :mod:`jaxload.remainder`.
+      batched: ``True`` if ``ds`` already yields per-process batches of
+        ``plan.local_batch_size`` rows; a batch with another leading dim is refused before any
+        device work. With ``shard=True`` whole batches are then dealt out to the loading groups.
       timeout_s: how long a process waits for the others at each step before raising.
 
     Example:
@@ -68,6 +72,7 @@ def from_grain(
             "from_grain expects a grain.MapDataset or grain.IterDataset, got "
             f"{type(ds).__name__}"
         )
-    batched = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
-                       batch_fn=stack_elements)
-    return Loader(lambda: iter(batched), layout, plan, remainder=remainder, timeout_s=timeout_s)
+    if not batched:
+        ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
+                      batch_fn=stack_elements)
+    return Loader(lambda: iter(ds), layout, plan, remainder=remainder, timeout_s=timeout_s)

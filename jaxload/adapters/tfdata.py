@@ -19,6 +19,7 @@ def from_tf_data(
     global_batch_size: int,
     shard: bool = True,
     remainder: str = DROP,
+    batched: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched ``tf.data.Dataset``.
@@ -41,6 +42,10 @@ def from_tf_data(
         process cannot fill; ``"pad"`` goes on until every process is exhausted, zero-fills the
         missing rows and adds a bool ``"mask"`` feature (dict elements only). See
         :mod:`jaxload.remainder`.
+      batched: ``True`` if ``ds`` already yields per-process batches of
+        ``plan.local_batch_size`` rows (e.g. from ``ds.batch(..., drop_remainder=True)``); a
+        different leading dim is refused before any data is read. With ``shard=True`` whole
+        batches are then dealt out to the loading groups.
       timeout_s: how long a process waits for the others at each step before raising.
 
     Example:
@@ -55,16 +60,20 @@ def from_tf_data(
         raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
     check_remainder(remainder)
     plan = layout.plan(global_batch_size)
-    _check_element_spec(ds.element_spec)
+    _check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
     if shard:
         ds = ds.shard(plan.shard_count, plan.shard_index)
-    ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
+    if not batched:
+        ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
     ds = ds.prefetch(tf.data.AUTOTUNE)
     return Loader(ds.as_numpy_iterator, layout, plan, remainder=remainder, timeout_s=timeout_s)
 
 
-def _check_element_spec(element_spec: Any) -> None:
-    """Rejects, before any data is read, features that cannot form a static-shape jax.Array."""
+def _check_element_spec(element_spec: Any, batch_rows: int | None, remainder: str) -> None:
+    """Rejects, before any data is read, features that cannot form a static-shape jax.Array.
+
+    ``batch_rows``: the leading dim every feature must have if the elements are batches already.
+    """
     import tensorflow as tf
 
     for path, spec in jax.tree_util.tree_flatten_with_path(element_spec)[0]:
@@ -79,6 +88,15 @@ def _check_element_spec(element_spec: Any) -> None:
                 f"feature {name} has dtype {spec.dtype.name}; only numeric and bool features can "
                 "be loaded into jax.Arrays. Decode or drop it in the pipeline."
             )
+        if batch_rows is not None:
+            leading = spec.shape[0] if spec.shape.rank else "no leading dim"
+            if leading != batch_rows and not (leading is None and remainder != DROP):
+                raise ValueError(
+                    f"feature {name} of the already-batched dataset has shape {spec.shape}; "
+                    f"with batched=True its leading dim must be local_batch_size={batch_rows} "
+                    "(batch with drop_remainder=True), or pass the unbatched dataset."
+                )
+            spec = tf.TensorSpec(spec.shape[1:], spec.dtype)
         if not spec.shape.is_fully_defined():
             raise ValueError(
                 f"feature {name} has shape {spec.shape} with unknown dimensions; jax.Arrays need "
