@@ -1,9 +1,11 @@
 """jaxload: tf.data and Grain pipelines to global jax.Array batches on multi-process JAX."""
 
+from jaxload import check
 from jaxload.adapters.grain import from_grain
 from jaxload.adapters.tfdata import from_tf_data
 from jaxload.agreement import PeerTimeoutError
 from jaxload.assemble import assemble
+from jaxload.check import DuplicationError, PlanMismatchError, ReplicationError
 from jaxload.layouts import (
     Layout,
     Plan,
@@ -19,13 +21,17 @@ from jaxload.remainder import REMAINDER_MODES, unpad
 __version__ = "0.1.0"
 
 __all__ = (
+    "DuplicationError",
     "Layout",
     "Loader",
     "PeerTimeoutError",
     "Plan",
+    "PlanMismatchError",
     "REMAINDER_MODES",
+    "ReplicationError",
     "SimulatedDevice",
     "assemble",
+    "check",
     "data_parallel",
     "from_grain",
     "from_tf_data",

@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from jaxload import agreement
+from jaxload import agreement, check
 from jaxload.assemble import build_global, check_local_batch
 from jaxload.layouts import Layout, Plan
 from jaxload.remainder import (
@@ -45,6 +45,11 @@ class Loader:
       plan: this process's loading plan (``shard_index``, ``local_batch_size``, ...).
       remainder: ``"drop"`` or ``"pad"`` (see :mod:`jaxload.remainder`).
 
+    With ``checks="first"`` (the default) the first step of each pass also verifies that every
+    process built the same layout (:func:`jaxload.check.plan`) and that the batch is placed right
+    (:func:`jaxload.check.batch`: replicas identical, different row blocks distinct); ``checks=N``
+    repeats the batch check every N steps, ``checks="never"`` turns them off.
+
     Example:
       >>> loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=64)
       >>> for batch in loader:
@@ -58,11 +63,13 @@ class Loader:
         plan: Plan,
         *,
         remainder: str = DROP,
+        checks: str | int = "first",
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ):
         """``local_batches()`` starts a new pass and yields this process's numpy batches."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        self._check_period = check_period(checks)
         self.layout = layout
         self.plan = plan
         self.remainder = check_remainder(remainder)
@@ -108,7 +115,12 @@ class Loader:
                     local = decode_template(template)
                 local = pad_rows(local, self.plan.local_batch_size)
             leaves = jax.tree_util.tree_leaves(local)
-            yield build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
+            batch = build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
+            if self._check_period and step % self._check_period == 0:
+                if step == 0:
+                    check.plan(self.layout, self.plan.global_batch_size, timeout_s=self._timeout_s)
+                check.batch(batch, timeout_s=self._timeout_s)
+            yield batch
 
     def _report(self, local: PyTree | None) -> dict:
         """What this process tells the others about its batch for this step."""
@@ -122,6 +134,17 @@ class Loader:
             "rows": int(named[0][1].shape[0]),
             "signature": ";".join(f"{n}:{a.dtype}{list(a.shape[1:])}" for n, a in named),
         }
+
+
+def check_period(checks: str | int) -> int:
+    """Steps between automatic checks: 0 for never, 2**63 for the first step only."""
+    if checks == "first":
+        return 2**63
+    if checks == "never":
+        return 0
+    if isinstance(checks, int) and not isinstance(checks, bool) and checks >= 1:
+        return checks
+    raise ValueError(f"checks={checks!r} must be 'first', 'never' or a positive int N (every N steps)")
 
 
 def _shape_change(first: str, now: str, step: int) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout
-from jaxload.loader import DEFAULT_TIMEOUT_S, Loader
+from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_period
 from jaxload.remainder import DROP, check_remainder
 
 
@@ -18,6 +18,7 @@ def from_grain(
     shard: bool = True,
     remainder: str = DROP,
     batched: bool = False,
+    checks: str | int = "first",
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched Grain dataset.
@@ -43,6 +44,8 @@ def from_grain(
       batched: ``True`` if ``ds`` already yields per-process batches of
         ``plan.local_batch_size`` rows; a batch with another leading dim is refused before any
         device work. With ``shard=True`` whole batches are then dealt out to the loading groups.
+      checks: when to verify placement at run time: ``"first"`` step of each pass (default),
+        every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`.
       timeout_s: how long a process waits for the others at each step before raising.
 
     Example:
@@ -54,6 +57,7 @@ def from_grain(
     import grain
 
     check_remainder(remainder)
+    check_period(checks)
     plan = layout.plan(global_batch_size)
     if isinstance(ds, grain.MapDataset):
         if shard:
@@ -75,4 +79,5 @@ def from_grain(
     if not batched:
         ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
                       batch_fn=stack_elements)
-    return Loader(lambda: iter(ds), layout, plan, remainder=remainder, timeout_s=timeout_s)
+    return Loader(lambda: iter(ds), layout, plan, remainder=remainder,
+                  checks=checks, timeout_s=timeout_s)

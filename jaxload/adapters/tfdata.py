@@ -8,7 +8,7 @@ import jax
 
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
-from jaxload.loader import DEFAULT_TIMEOUT_S, Loader
+from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_period
 from jaxload.remainder import DROP, check_remainder
 
 
@@ -20,6 +20,7 @@ def from_tf_data(
     shard: bool = True,
     remainder: str = DROP,
     batched: bool = False,
+    checks: str | int = "first",
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched ``tf.data.Dataset``.
@@ -46,6 +47,8 @@ def from_tf_data(
         ``plan.local_batch_size`` rows (e.g. from ``ds.batch(..., drop_remainder=True)``); a
         different leading dim is refused before any data is read. With ``shard=True`` whole
         batches are then dealt out to the loading groups.
+      checks: when to verify placement at run time: ``"first"`` step of each pass (default),
+        every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`.
       timeout_s: how long a process waits for the others at each step before raising.
 
     Example:
@@ -59,6 +62,7 @@ def from_tf_data(
     if not isinstance(ds, tf.data.Dataset):
         raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
     check_remainder(remainder)
+    check_period(checks)
     plan = layout.plan(global_batch_size)
     _check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
     if shard:
@@ -66,7 +70,8 @@ def from_tf_data(
     if not batched:
         ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
     ds = ds.prefetch(tf.data.AUTOTUNE)
-    return Loader(ds.as_numpy_iterator, layout, plan, remainder=remainder, timeout_s=timeout_s)
+    return Loader(ds.as_numpy_iterator, layout, plan, remainder=remainder,
+                  checks=checks, timeout_s=timeout_s)
 
 
 def _check_element_spec(element_spec: Any, batch_rows: int | None, remainder: str) -> None:

@@ -1,0 +1,202 @@
+"""Run-time proof that devices hold the data they should, which JAX itself cannot tell.
+
+- :func:`replication`: devices that hold the same rows of a global array (model replicas, or a
+  replicated array) hold identical bytes. Catches a process of a replica group that loaded other
+  data than its partners (the JAX guide: "JAX cannot detect if jax.Array shards across processes
+  are supposed to be replicated but aren't, and will produce wrong results").
+- :func:`distinct`: devices that hold different rows of a batch do not hold identical data.
+  Catches the commonest bug of all: every process loading the same data because the pipeline
+  was not sharded, or was sharded by process index instead of by loading group.
+- :func:`plan`: every process computed the same layout and global batch size.
+
+Each check fingerprints every addressable shard on the host (BLAKE2b of its bytes, shape and
+dtype: the same on every process and machine), exchanges the fingerprints between processes in
+one round through JAX's coordination service, and compares them. Every process reaches the same
+verdict and raises the same error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxload.agreement import StepAgreement
+from jaxload.assemble import leaf_name
+from jaxload.layouts import Layout
+
+PyTree = Any
+
+DEFAULT_TIMEOUT_S = 600.0
+
+_check_ids = itertools.count()  # checks run in the same order on every process
+
+
+class ReplicationError(ValueError):
+    """Devices that should hold identical rows of a global array hold different data."""
+
+
+class DuplicationError(ValueError):
+    """Devices that hold different rows of a batch hold identical data."""
+
+
+class PlanMismatchError(ValueError):
+    """Processes computed different layouts or global batch sizes."""
+
+
+def fingerprint(data: np.ndarray) -> str:
+    """A stable 64-bit fingerprint of an array's bytes, shape and dtype (hex)."""
+    data = np.asarray(data)
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"{data.dtype.str}{data.shape}".encode())
+    h.update(np.ascontiguousarray(data).reshape(-1).view(np.uint8))  # bytes of any dtype, no copy
+    return h.hexdigest()
+
+
+def _exchange(kind: str, payload: Any, timeout_s: float) -> dict[int, Any]:
+    agreement = StepAgreement(f"check.{kind}.{next(_check_ids)}", timeout_s)
+    return {p: json.loads(v) for p, v in agreement.exchange(0, json.dumps(payload)).items()}
+
+
+def _records(tree: PyTree) -> list[list]:
+    """Per addressable shard: leaf name, rows start and stop, full index, device id, fingerprint,
+    and whether it holds a single repeated value."""
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if not isinstance(leaf, jax.Array):
+            raise TypeError(f"{leaf_name(path)} is a {type(leaf).__name__}, not a jax.Array")
+        for shard in leaf.addressable_shards:
+            index = [s.indices(n)[:2] for s, n in zip(shard.index, leaf.shape, strict=True)]
+            data = np.asarray(shard.data)
+            constant = bool(data.size == 0 or (data == data.flat[0]).all())
+            out.append([leaf_name(path), *(index[0] if index else (0, 1)), json.dumps(index),
+                        shard.device.id, fingerprint(data), constant])
+    return out
+
+
+def _gathered(tree: PyTree, kind: str, timeout_s: float) -> list[tuple[int, list]]:
+    """Every process's shard records, as ``(process, record)``, in one exchange."""
+    seen = _exchange(kind, _records(tree), timeout_s)
+    return [(p, r) for p in sorted(seen) for r in seen[p]]
+
+
+def _holders(devices: list[tuple[int, int]]) -> str:
+    return ", ".join(f"{d} (process {p})" for d, p in devices)
+
+
+def _verify_replication(records: list[tuple[int, list]]) -> None:
+    by_index: dict[tuple, dict[str, list[tuple[int, int]]]] = {}
+    for process, (name, start, stop, index, device, fp, _) in records:
+        by_index.setdefault((name, start, stop, index), {}).setdefault(fp, []).append((device, process))
+    for (name, start, stop, _), versions in by_index.items():
+        if len(versions) > 1:
+            ordered = sorted(versions.values(), key=len)
+            described = "; ".join(f"devices {_holders(h)} hold version {i + 1}"
+                                  for i, h in enumerate(ordered))
+            raise ReplicationError(
+                f"{name} rows [{start}, {stop}) should be identical on every device that holds "
+                f"them, but {len(versions)} versions exist: {described}. The process(es) of the "
+                "first version loaded other data than their replica partners (a pipeline sharded "
+                "by process index instead of by loading group, or unsynchronized shuffling)."
+            )
+
+
+def _verify_distinct(records: list[tuple[int, list]]) -> None:
+    blocks: dict[tuple[int, int, int, int], list] = {}  # (process, device, start, stop)
+    for process, (name, start, stop, _, device, fp, constant) in records:
+        block = blocks.setdefault((process, device, start, stop), [[], True])
+        block[0].append(f"{name}={fp}")
+        block[1] &= constant
+    holders: dict[str, dict[tuple[int, int], list[tuple[int, int]]]] = {}
+    for (process, device, start, stop), (fps, constant) in blocks.items():
+        if not constant:  # all padding, say: identical blocks are legitimate
+            fp = hashlib.blake2b("|".join(fps).encode(), digest_size=8).hexdigest()
+            holders.setdefault(fp, {}).setdefault((start, stop), []).append((device, process))
+    for by_rows in holders.values():
+        if len(by_rows) > 1:
+            described = "; ".join(f"rows [{a}, {b}) on devices {_holders(h)}"
+                                  for (a, b), h in sorted(by_rows.items()))
+            raise DuplicationError(
+                f"different rows of the batch hold identical data: {described}. These devices "
+                "should have different per-replica batches; the processes probably loaded the "
+                "same data (a pipeline not sharded by loading group, or shard=False over "
+                "identical pipelines)."
+            )
+
+
+def replication(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Raises :class:`ReplicationError` if devices holding the same index of an array disagree.
+
+    Works for any sharding and rank, in one process or many; every process must call it (with
+    arrays of the same global shapes and shardings). The error names the leaf, the rows, and the
+    devices and processes holding each version, the minority first.
+
+    Example:
+      >>> batch = next(iter(loader))
+      >>> jaxload.check.replication(batch)   # silent when replicas agree
+    """
+    _verify_replication(_gathered(tree, "replication", timeout_s))
+
+
+def distinct(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Raises :class:`DuplicationError` if two different row blocks of a batch hold the same data.
+
+    A row block (a per-replica batch: the rows ``[start, stop)`` one device holds) is
+    fingerprinted over *all* leaves of the batch together, so legitimately repetitive features (a
+    mask, labels from a tiny class set) do not trip the check as long as some feature differs.
+    Blocks whose every leaf holds a single repeated value (e.g. all padding) are skipped. Every
+    process must call it.
+
+    Example:
+      >>> jaxload.check.distinct(batch)   # silent when each replica got its own rows
+    """
+    _verify_distinct(_gathered(tree, "distinct", timeout_s))
+
+
+def batch(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """:func:`replication` and :func:`distinct` with one fingerprinting pass and one exchange.
+
+    Example:
+      >>> jaxload.check.batch(batch)
+    """
+    records = _gathered(tree, "batch", timeout_s)
+    _verify_replication(records)
+    _verify_distinct(records)
+
+
+def plan(layout: Layout, global_batch_size: int, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Raises :class:`PlanMismatchError` if processes computed different layouts or batch sizes.
+
+    Compares, across processes, the mesh (axis names, shape, device ids in mesh order), the batch
+    axes and the global batch size, and names the processes that differ from process 0.
+
+    Example:
+      >>> jaxload.check.plan(layout, global_batch_size=256)
+    """
+    mesh = layout.mesh
+    mine = {
+        "mesh": dict(mesh.shape),
+        "batch_axes": list(layout.batch_axes),
+        "global_batch_size": global_batch_size,
+        "devices": fingerprint(np.array([d.id for d in mesh.devices.flat])),
+    }
+    seen = _exchange("plan", mine, timeout_s)
+    reference = seen[min(seen)]
+    differ = {p: v for p, v in seen.items() if v != reference}
+    if differ:
+        lines = [f"  process {min(seen)}: {_describe_plan(reference)}"] + [
+            f"  process {p}: {_describe_plan(v)}" for p, v in sorted(differ.items())
+        ]
+        raise PlanMismatchError(
+            f"processes {sorted(differ)} use a different layout or global batch size than "
+            "process 0; every process must build the same layout:\n" + "\n".join(lines)
+        )
+
+
+def _describe_plan(p: dict) -> str:
+    return (f"mesh {p['mesh']}, batch_axes {tuple(p['batch_axes'])}, global_batch_size "
+            f"{p['global_batch_size']}, device order #{p['devices']}")
