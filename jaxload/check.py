@@ -97,11 +97,13 @@ def _verify_replication(records: list[tuple[int, list]]) -> None:
             ordered = sorted(versions.values(), key=len)
             described = "; ".join(f"devices {_holders(h)} hold version {i + 1}"
                                   for i, h in enumerate(ordered))
+            culprit = ("the devices of version 1 are the minority" if len(ordered[0]) < len(ordered[1])
+                       else "no version has a majority, so any of them may be the wrong one")
             raise ReplicationError(
                 f"{name} rows [{start}, {stop}) should be identical on every device that holds "
-                f"them, but {len(versions)} versions exist: {described}. The process(es) of the "
-                "first version loaded other data than their replica partners (a pipeline sharded "
-                "by process index instead of by loading group, or unsynchronized shuffling)."
+                f"them, but {len(versions)} versions exist: {described}; {culprit}. Their "
+                "processes loaded other data than their replica partners (a pipeline sharded by "
+                "process index instead of by loading group, or unsynchronized shuffling)."
             )
 
 

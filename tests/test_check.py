@@ -1,0 +1,137 @@
+"""The check module in real runs: correct batches pass; a tampered shard, duplicated loading and
+mismatched plans are reported on every process, naming the processes at fault."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import jaxload
+import jaxload.testing
+
+
+def _error(fn) -> str | None:
+    try:
+        fn()
+    except Exception as e:  # the test inspects which error each process saw
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def tamper(batch, device_id: int):
+    """The same global arrays, with the shard on ``device_id`` (if local) changed by +1."""
+    def rebuild(leaf):
+        arrays = []
+        for s in leaf.addressable_shards:
+            data = np.asarray(s.data)
+            if s.device.id == device_id:
+                data = data + np.ones_like(data)
+            arrays.append(jax.device_put(data, s.device))
+        return jax.make_array_from_single_device_arrays(leaf.shape, leaf.sharding, arrays)
+
+    return jax.tree_util.tree_map(rebuild, batch)
+
+
+def replication_scenarios(layout_name: str):
+    from placement import make_layout, make_loader
+
+    layout = make_layout(layout_name)
+    loader = make_loader("grain", layout, range(64), global_batch_size=16)
+    batch = next(iter(loader))  # the loader's own first-step check passed
+    victim = max(d.id for d in jax.devices() if d.process_index == jax.process_count() - 1)
+    tampered = tamper(batch, victim)
+    return {
+        "correct": _error(lambda: jaxload.check.replication(batch)),
+        "tampered": _error(lambda: jaxload.check.replication(tampered)),
+        "victim": victim,
+        # the loader's default first-step check catches sharding by process index
+        "by_process": _error(lambda: next(iter(make_loader(
+            "grain", layout, range(64)[jax.process_index()::jax.process_count()],
+            global_batch_size=16, shard=False)))),
+    }
+
+
+@pytest.mark.parametrize("topology,layout_name", [((4, 2), "across_processes"),
+                                                  ((2, 4), "in_process")])
+def test_replication(topology, layout_name):
+    outcomes = jaxload.testing.run(replication_scenarios, num_processes=topology[0],
+                                   local_devices=topology[1], args=(layout_name,), timeout_s=180)
+    last = topology[0] - 1
+    for o in outcomes:  # every process reaches the same verdict
+        assert o["correct"] is None
+        assert o["tampered"].startswith("ReplicationError: batch['")
+        assert f"devices {o['victim']} (process {last}) hold version" in o["tampered"]
+    if layout_name == "across_processes":
+        for o in outcomes:
+            assert o["by_process"].startswith("ReplicationError:"), o["by_process"]
+    else:  # replicas inside a process: sharding by process index is harmless there
+        assert all(o["by_process"] is None for o in outcomes)
+
+
+def distinct_scenarios():
+    from placement import make_layout, make_loader
+
+    layout = make_layout("data_parallel")
+    same = make_loader("tf", layout, range(64), global_batch_size=16, shard=False,
+                       checks="never")  # every process loads the same elements
+    right = make_loader("tf", layout, range(64), global_batch_size=16, checks="never")
+    padded = make_loader("grain", layout, range(64, 64 + 17), global_batch_size=16,
+                         remainder="pad", checks="never")
+    last = list(padded)[-1]  # two all-padding blocks: identical, and legitimately so
+    defaults = make_loader("grain", layout, range(64), global_batch_size=16, shard=False)
+    return {
+        "same": _error(lambda: jaxload.check.distinct(next(iter(same)))),
+        "right": _error(lambda: jaxload.check.distinct(next(iter(right)))),
+        "padding": _error(lambda: jaxload.check.batch(last)),
+        "loader_default": _error(lambda: next(iter(defaults))),
+    }
+
+
+def test_distinct():
+    outcomes = jaxload.testing.run(distinct_scenarios, num_processes=2, local_devices=4,
+                                   timeout_s=180)
+    for o in outcomes:
+        assert o["same"].startswith("DuplicationError: different rows of the batch hold identical")
+        assert "rows [0, 2) on devices 0 (process 0); rows [8, 10) on devices 2048 (process 1)" \
+            in o["same"]
+        assert o["right"] is None
+        assert o["padding"] is None
+        assert o["loader_default"].startswith("DuplicationError:")
+
+
+def plan_scenarios():
+    layout = jaxload.data_parallel()
+    gbs = 16 if jax.process_index() != 1 else 32
+    return {
+        "same": _error(lambda: jaxload.check.plan(layout, 16)),
+        "differ": _error(lambda: jaxload.check.plan(layout, gbs)),
+    }
+
+
+def test_plan():
+    outcomes = jaxload.testing.run(plan_scenarios, num_processes=4, local_devices=2, timeout_s=120)
+    for o in outcomes:
+        assert o["same"] is None
+        assert o["differ"].startswith("PlanMismatchError: processes [1] use a different layout")
+        assert "process 1: mesh {'data': 8}, batch_axes ('data',), global_batch_size 32" in o["differ"]
+
+
+def test_single_process_checks():
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
+    layout = jaxload.Layout(mesh, "data")  # two row blocks, each on 4 devices
+    plan = layout.plan(8)
+    batch = jaxload.assemble({"x": np.arange(8.0), "y": np.arange(8) % 2}, plan)
+    jaxload.check.batch(batch)
+    with pytest.raises(jaxload.ReplicationError,
+                       match=r"batch\['x'\] rows \[0, 4\).*: devices 1 \(process 0\) hold version 1; "
+                             r"devices 0 \(process 0\), 2 \(process 0\), 3 \(process 0\) hold version 2; "
+                             r"the devices of version 1 are the minority"):
+        jaxload.check.replication(tamper(batch, 1))
+    dup = jaxload.assemble({"x": np.tile(np.arange(4.0), 2), "y": np.zeros(8)}, plan)
+    with pytest.raises(jaxload.DuplicationError,
+                       match=r"rows \[0, 4\) on devices 0 \(process 0\), 1 \(process 0\)"):
+        jaxload.check.distinct(dup)
+    with pytest.raises(ValueError, match=r"checks='sometimes' must be 'first', 'never' or a positive int"):
+        jaxload.from_grain(__import__("grain").MapDataset.range(8), layout, global_batch_size=8,
+                           checks="sometimes")
