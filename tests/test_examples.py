@@ -27,3 +27,11 @@ def test_uneven_example():
     out = run_example("uneven.py")
     assert "process 1: pipeline of  40 elements ->  5 steps,  40 real rows delivered" in out
     assert "process 0: pipeline of 100 elements -> 13 steps, 100 real rows delivered" in out
+
+
+def test_checks_example_catches_both_mistakes_on_every_process():
+    out = run_example("checks.py")
+    assert "across, 4 processes x 2 devices: 4 of 4 processes raised" in out
+    assert "ReplicationError: batch['id'] rows [0, 4)" in out
+    assert "data_parallel, 2 processes x 4 devices: 2 of 2 processes raised" in out
+    assert "DuplicationError: different rows of the batch hold identical data" in out
