@@ -12,7 +12,9 @@
 Each check fingerprints every addressable shard on the host (BLAKE2b of its bytes, shape and
 dtype: the same on every process and machine), exchanges the fingerprints between processes in
 one round through JAX's coordination service, and compares them. Every process reaches the same
-verdict and raises the same error.
+verdict and raises the same error. Cost, measured by ``benchmarks/check_cost.py`` on a 2-core
+machine with 2 processes x 4 CPU devices and a 3 MiB global batch: about 6 ms per call (hashing
+1.5 MiB per process plus one exchange of ~1.5 ms); ``plan`` about 2 ms.
 """
 
 from __future__ import annotations

@@ -48,7 +48,9 @@ class Loader:
     With ``checks="first"`` (the default) the first step of each pass also verifies that every
     process built the same layout (:func:`jaxload.check.plan`) and that the batch is placed right
     (:func:`jaxload.check.batch`: replicas identical, different row blocks distinct); ``checks=N``
-    repeats the batch check every N steps, ``checks="never"`` turns them off.
+    repeats the batch check every N steps, ``checks="never"`` turns them off. Measured cost
+    (``benchmarks/check_cost.py``, 2 processes x 4 CPU devices on a 2-core machine): about 6 ms
+    per batch check of a 3 MiB global batch and 2 ms for the plan check.
 
     Example:
       >>> loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=64)
