@@ -6,6 +6,7 @@ from jaxload.adapters.tfdata import from_tf_data
 from jaxload.agreement import PeerTimeoutError
 from jaxload.assemble import assemble
 from jaxload.check import DuplicationError, PlanMismatchError, ReplicationError
+from jaxload.cluster import initialize
 from jaxload.layouts import (
     Layout,
     Plan,
@@ -35,6 +36,7 @@ __all__ = (
     "data_parallel",
     "from_grain",
     "from_tf_data",
+    "initialize",
     "model_replicas_across_processes",
     "model_replicas_in_process",
     "simulated_devices",

@@ -102,6 +102,15 @@ class Plan:
     loading_groups: tuple[tuple[int, ...], ...]
     sharding: NamedSharding = dataclasses.field(repr=False, compare=False)
 
+    def explain(self, *, max_processes: int = 16) -> str:
+        """Tables of the loading groups and of the rows each device holds (needs ``rich``).
+
+        The same text as ``jaxload plan`` on the command line.
+        """
+        from jaxload import explain  # presentation lives outside the arithmetic
+
+        return explain.text(self, max_processes=max_processes)
+
     def __post_init__(self):
         if self.local_batch_size * self.shard_count != self.global_batch_size:
             raise ValueError(

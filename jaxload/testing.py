@@ -16,21 +16,19 @@ Example:
 from __future__ import annotations
 
 import importlib.util
-import os
 import pickle
-import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-_ENV_PROCESSES = "JAXLOAD_NUM_PROCESSES"
-_ENV_PROCESS_ID = "JAXLOAD_PROCESS_ID"
-_ENV_COORDINATOR = "JAXLOAD_COORDINATOR"
-_ENV_HEARTBEAT = "JAXLOAD_HEARTBEAT_TIMEOUT_S"
+from jaxload.cluster import free_port, initialize, process_env
+
 _TAIL_LINES = 30
 
 
@@ -41,55 +39,6 @@ class ProcessesFailed(RuntimeError):
         super().__init__(message)
         self.returncodes = returncodes
         self.logs = logs
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def initialize() -> None:
-    """Inside a process started by this module: set up JAX's CPU cluster from the environment.
-
-    Call it before any other JAX work in a script run by :func:`run_script`. It is a no-op for
-    the JAX setup a single process needs (no ``jax.distributed``).
-    """
-    import jax
-
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    num_processes = int(os.environ.get(_ENV_PROCESSES, "1"))
-    if num_processes > 1:
-        heartbeat = os.environ.get(_ENV_HEARTBEAT)
-        jax.distributed.initialize(
-            coordinator_address=os.environ[_ENV_COORDINATOR],
-            num_processes=num_processes,
-            process_id=int(os.environ[_ENV_PROCESS_ID]),
-            initialization_timeout=60,
-            **({"heartbeat_timeout_seconds": int(heartbeat)} if heartbeat else {}),
-        )
-
-
-def process_env(process_id: int, num_processes: int, local_devices: int, port: int,
-                heartbeat_timeout_s: int | None = None) -> dict[str, str]:
-    """The environment of one local process: fake CPU devices and the cluster's coordinates."""
-    env = dict(os.environ)
-    if heartbeat_timeout_s:
-        env[_ENV_HEARTBEAT] = str(int(heartbeat_timeout_s))
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
-    env.update(
-        XLA_FLAGS=" ".join(flags + [f"--xla_force_host_platform_device_count={local_devices}"]),
-        JAX_PLATFORMS="cpu",
-        PYTHONUNBUFFERED="1",
-        TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-        **{
-            _ENV_PROCESSES: str(num_processes),
-            _ENV_PROCESS_ID: str(process_id),
-            _ENV_COORDINATOR: f"127.0.0.1:{port}",
-        },
-    )
-    return env
 
 
 def run_script(
@@ -140,6 +89,55 @@ def run(
         return [pickle.loads(r.read_bytes()) for r in results]
 
 
+def launch(
+    argv: Sequence[str],
+    *,
+    num_processes: int,
+    local_devices: int,
+    timeout_s: float = 3600,
+    out=None,
+) -> int:
+    """Runs ``argv`` in each process, streaming its lines prefixed with ``[process index]``.
+
+    The command-line ``jaxload launch``. Returns 0 when every process succeeded; otherwise the
+    others are killed, the last lines of every process are printed again, and the failing
+    process's exit code is returned (124 on timeout, 128 + N for a signal N).
+    """
+    out = out or sys.stdout
+    for name, value in (("num_processes", num_processes), ("local_devices", local_devices)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    port = free_port()
+    procs = [subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, text=True, errors="replace",
+                              env=process_env(rank, num_processes, local_devices, port))
+             for rank in range(num_processes)]
+    tails = [deque(maxlen=_TAIL_LINES) for _ in procs]
+    lock = threading.Lock()
+
+    def pump(rank: int) -> None:
+        for line in procs[rank].stdout:
+            tails[rank].append(line.rstrip("\n"))
+            with lock:
+                out.write(f"[{rank}] {line}")
+                out.flush()
+
+    pumps = [threading.Thread(target=pump, args=(rank,), daemon=True) for rank in range(len(procs))]
+    for t in pumps:
+        t.start()
+    failure = _wait(procs, timeout_s, fail_fast=True)
+    for t in pumps:
+        t.join(timeout=5)
+    if not failure:
+        return 0
+    message, rank = failure
+    print(_describe(message, procs, ["\n".join(t) for t in tails]), file=sys.stderr, flush=True)
+    if rank is None:
+        return 124
+    code = procs[rank].returncode
+    return 128 - code if code < 0 else code
+
+
 def _launch(command: Callable[[int], list[str]], num_processes: int, local_devices: int,
             timeout_s: float, fail_fast: bool = True,
             heartbeat_timeout_s: int | None = None) -> list[str]:
@@ -159,12 +157,16 @@ def _launch(command: Callable[[int], list[str]], num_processes: int, local_devic
         failure = _wait(procs, timeout_s, fail_fast)
         logs = [p.read_text(errors="replace") for p in log_paths]
     if failure:
-        raise ProcessesFailed(_describe(failure, procs, logs), [p.returncode for p in procs], logs)
+        raise ProcessesFailed(_describe(failure[0], procs, logs), [p.returncode for p in procs], logs)
     return logs
 
 
-def _wait(procs: list[subprocess.Popen], timeout_s: float, fail_fast: bool) -> str | None:
-    """Waits for all processes; at the timeout (or the first failure) kills the rest."""
+def _wait(procs: list[subprocess.Popen], timeout_s: float,
+          fail_fast: bool) -> tuple[str, int | None] | None:
+    """Waits for all processes; at the timeout (or the first failure) kills the rest.
+
+    Returns None on success, else a message and the first failing process (None: timeout).
+    """
     deadline = time.monotonic() + timeout_s
     failure = None
     while failure is None:
@@ -173,10 +175,10 @@ def _wait(procs: list[subprocess.Popen], timeout_s: float, fail_fast: bool) -> s
             return None
         bad = [rank for rank, c in enumerate(codes) if c not in (None, 0)]
         if bad and (fail_fast or None not in codes):
-            failure = f"process {bad[0]} exited with code {codes[bad[0]]}"
+            failure = f"process {bad[0]} exited with code {codes[bad[0]]}", bad[0]
         elif time.monotonic() > deadline:
             running = [rank for rank, c in enumerate(codes) if c is None]
-            failure = f"timed out after {timeout_s:g} s; processes {running} still running"
+            failure = f"timed out after {timeout_s:g} s; processes {running} still running", None
         else:
             time.sleep(0.02)
     time.sleep(0.5)  # let the others print their own view of the failure

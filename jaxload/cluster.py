@@ -1,0 +1,73 @@
+"""Wiring a JAX cluster of local processes: the environment each gets, and ``initialize()``.
+
+``jaxload launch`` and :mod:`jaxload.testing` start processes with this environment; inside them
+:func:`initialize` sets up ``jax.distributed`` from it. Outside such a launch it simply calls
+``jax.distributed.initialize()`` (cluster auto-detection: SLURM, Open MPI, Cloud TPU, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+_ENV_PROCESSES = "JAXLOAD_NUM_PROCESSES"
+_ENV_PROCESS_ID = "JAXLOAD_PROCESS_ID"
+_ENV_COORDINATOR = "JAXLOAD_COORDINATOR"
+_ENV_HEARTBEAT = "JAXLOAD_HEARTBEAT_TIMEOUT_S"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def initialize(**kwargs) -> None:
+    """Sets up ``jax.distributed`` for this process; call it before any other JAX work.
+
+    Under ``jaxload launch`` (or :mod:`jaxload.testing`): the local CPU cluster described by the
+    environment, with gloo CPU collectives (a single process needs no ``jax.distributed``).
+    Anywhere else: ``jax.distributed.initialize(**kwargs)``.
+
+    Example:
+      >>> import jaxload
+      >>> jaxload.initialize()   # first thing in a training script
+    """
+    import jax
+
+    if _ENV_PROCESSES not in os.environ:
+        jax.distributed.initialize(**kwargs)
+        return
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    num_processes = int(os.environ[_ENV_PROCESSES])
+    if num_processes > 1:
+        heartbeat = os.environ.get(_ENV_HEARTBEAT)
+        jax.distributed.initialize(
+            coordinator_address=os.environ[_ENV_COORDINATOR],
+            num_processes=num_processes,
+            process_id=int(os.environ[_ENV_PROCESS_ID]),
+            initialization_timeout=60,
+            **({"heartbeat_timeout_seconds": int(heartbeat)} if heartbeat else {}),
+        )
+
+
+def process_env(process_id: int, num_processes: int, local_devices: int, port: int,
+                heartbeat_timeout_s: int | None = None) -> dict[str, str]:
+    """The environment of one local process: fake CPU devices and the cluster's coordinates."""
+    env = dict(os.environ)
+    if heartbeat_timeout_s:
+        env[_ENV_HEARTBEAT] = str(int(heartbeat_timeout_s))
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+    env.update(
+        XLA_FLAGS=" ".join(flags + [f"--xla_force_host_platform_device_count={local_devices}"]),
+        JAX_PLATFORMS="cpu",
+        PYTHONUNBUFFERED="1",
+        TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+        **{
+            _ENV_PROCESSES: str(num_processes),
+            _ENV_PROCESS_ID: str(process_id),
+            _ENV_COORDINATOR: f"127.0.0.1:{port}",
+        },
+    )
+    return env

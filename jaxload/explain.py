@@ -1,0 +1,142 @@
+"""Pictures of a plan: which process loads which rows, and which device holds which rows.
+
+:func:`text` renders tables with ``rich`` (the ``cli`` extra); :func:`svg` draws the JAX guide's
+kind of figure with the standard library's ``xml.etree``. Both work on simulated topologies, so
+``jaxload plan`` can show a 512-process job without starting one.
+"""
+
+from __future__ import annotations
+
+import io
+import xml.etree.ElementTree as ET
+
+import numpy as np
+
+from jaxload.layouts import Layout, Plan
+
+# One colour per loading group, cycling; chosen to stay distinguishable side by side.
+_COLOURS = ["#f4a6c1", "#f9d56e", "#9ed39a", "#8ec5f0", "#c9a7eb", "#f6b47f", "#7fd6cf", "#d9d9d9"]
+
+
+def layout_of(plan: Plan) -> Layout:
+    """The layout a plan was made from (its sharding's mesh and batch axes)."""
+    axes = plan.sharding.spec[0] if len(plan.sharding.spec) else None
+    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    return Layout(plan.sharding.mesh, axes)
+
+
+def _rows(start: int, stop: int) -> str:
+    return f"{start}-{stop - 1}"
+
+
+def _device_table(layout: Layout, plans: tuple[Plan, ...], max_processes: int):
+    """Per device: process, device id, mesh position, global rows, per-replica batch index."""
+    mesh = layout.mesh
+    position = {d.id: tuple(int(i) for i in index) for index, d in np.ndenumerate(mesh.devices)}
+    rows = []
+    for plan in plans[:max_processes]:
+        base = plan.global_rows[0]
+        for device, start, stop in plan.device_rows:
+            rows.append((plan.process_index, device, position[device], base + start, base + stop,
+                         (base + start) // plan.per_replica_batch_size))
+    return rows
+
+
+def _same_rows_sentence(plans: tuple[Plan, ...]) -> str:
+    shared = [g for g in plans[0].loading_groups if len(g) > 1]
+    if not shared:
+        return "Every process loads different rows (each is its own loading group)."
+    parts = []
+    for g in shared[:8]:
+        names = ", ".join(map(str, g[:-1])) + f" and {g[-1]}"
+        parts.append(f"processes {names} load the same rows")
+    more = f" (and {len(shared) - 8} more groups)" if len(shared) > 8 else ""
+    return "; ".join(parts).capitalize() + more + "."
+
+
+def text(plan: Plan, *, max_processes: int = 16, width: int = 100) -> str:
+    """Tables of the loading groups and of what each device holds, as plain text."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError as e:  # pragma: no cover - rich ships with the cli and all extras
+        raise ImportError("Plan.explain() needs rich: pip install 'jaxload[cli]'") from e
+    layout = layout_of(plan)
+    plans = layout.plans(plan.global_batch_size)
+    mesh_text = " x ".join(f"{a}={n}" for a, n in layout.mesh.shape.items())
+    local = len(plans[0].device_rows)
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, legacy_windows=False)
+    console.print(
+        f"{len(plans)} processes x {local} devices, mesh {mesh_text}, batch over "
+        f"{layout.batch_axes or 'no axis (replicated)'}\n"
+        f"global batch {plan.global_batch_size} rows = {plan.num_batch_shards} per-replica "
+        f"batches of {plan.per_replica_batch_size}; {plan.shard_count} loading groups of "
+        f"{plan.local_batch_size} rows each", highlight=False)
+
+    groups = Table(title="Loading groups")
+    for column in ("group (shard_index)", "processes", "global rows"):
+        groups.add_column(column)
+    for index, members in enumerate(plan.loading_groups):
+        start, stop = plans[members[0]].global_rows
+        groups.add_row(str(index), ", ".join(map(str, members)), _rows(start, stop))
+    console.print(groups)
+    console.print(_same_rows_sentence(plans) + " Shard the pipeline by group (shard_index), "
+                  "not by process.", highlight=False)
+
+    devices = Table(title="Devices")
+    for column in ("process", "device", "mesh position", "global rows", "per-replica batch"):
+        devices.add_column(column)
+    for process, device, pos, start, stop, replica in _device_table(layout, plans, max_processes):
+        devices.add_row(str(process), str(device), str(pos), _rows(start, stop), str(replica))
+    console.print(devices)
+    if len(plans) > max_processes:
+        console.print(f"... and {len(plans) - max_processes} more processes", highlight=False)
+    return out.getvalue()
+
+
+def svg(plan: Plan, *, max_processes: int = 32) -> str:
+    """An SVG in the guide's style: the global batch's row blocks coloured by loading group on
+    the left, each process's devices on the right, each device coloured like the rows it holds
+    and labelled with them. One ``<rect class="device">`` per device."""
+    layout = layout_of(plan)
+    plans = layout.plans(plan.global_batch_size)[:max_processes]
+    group_of = {p.process_index: p.shard_index for p in plans}
+    blocks = plan.num_batch_shards
+    cell, gap, left = 28, 12, 170
+    local = len(plans[0].device_rows)
+    height = max(blocks * cell, len(plans) * (cell + gap)) + 60
+    width = left + 90 + local * (cell * 3 + 6) + 20
+    root = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(width),
+                      height=str(height), viewBox=f"0 0 {width} {height}")
+    ET.SubElement(root, "text", x="10", y="20", attrib={"font-size": "13"}).text = (
+        f"global batch {plan.global_batch_size}: {blocks} per-replica batches, "
+        f"{plan.shard_count} loading groups")
+    rows_per_block = plan.per_replica_batch_size
+    for b in range(blocks):  # the global batch, one box per per-replica batch
+        start = b * rows_per_block
+        group = start // plan.local_batch_size
+        y = 40 + b * cell
+        ET.SubElement(root, "rect", x="10", y=str(y), width="120", height=str(cell - 2),
+                      fill=_COLOURS[group % len(_COLOURS)], stroke="#333",
+                      attrib={"class": "rows", "data-group": str(group)})
+        ET.SubElement(root, "text", x="16", y=str(y + cell / 2 + 4),
+                      attrib={"font-size": "11"}).text = (
+            f"rows {_rows(start, start + rows_per_block)} (g{group})")
+    for i, p in enumerate(plans):  # processes, each a row of its devices
+        y = 40 + i * (cell + gap)
+        ET.SubElement(root, "rect", x=str(left), y=str(y - 4), width=str(width - left - 10),
+                      height=str(cell + 6), fill="none", stroke="#999",
+                      attrib={"class": "process", "data-process": str(p.process_index)})
+        ET.SubElement(root, "text", x=str(left + 6), y=str(y + cell / 2 + 2),
+                      attrib={"font-size": "11"}).text = f"process {p.process_index}"
+        for j, (device, start, stop) in enumerate(p.device_rows):
+            a, b = p.global_rows[0] + start, p.global_rows[0] + stop
+            x = left + 80 + j * (cell * 3 + 6)
+            ET.SubElement(root, "rect", x=str(x), y=str(y), width=str(cell * 3),
+                          height=str(cell - 2), fill=_COLOURS[group_of[p.process_index] % len(_COLOURS)],
+                          stroke="#333", attrib={"class": "device", "data-device": str(device),
+                                                 "data-rows": _rows(a, b)})
+            ET.SubElement(root, "text", x=str(x + 4), y=str(y + cell / 2 + 3),
+                          attrib={"font-size": "10"}).text = f"d{device}: {_rows(a, b)}"
+    return ET.tostring(root, encoding="unicode")

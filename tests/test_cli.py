@@ -1,0 +1,77 @@
+"""``jaxload plan`` and ``jaxload launch`` as a user runs them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jaxload
+from jaxload import cli
+
+SCRIPT = Path(__file__).parent / "scripts" / "fail_on_process_one.py"
+
+
+def jaxload_command(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jaxload", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_plan_of_the_guides_cross_process_example(tmp_path):
+    svg = tmp_path / "plan.svg"
+    done = jaxload_command("plan", "--processes", "4", "--local-devices", "2", "--layout",
+                           "replicas-across-processes", "--model-size", "2",
+                           "--global-batch-size", "16", "--svg", str(svg))
+    assert done.returncode == 0, done.stderr
+    assert "Processes 0 and 2 load the same rows; processes 1 and 3 load the same rows." \
+        in done.stdout
+    assert "│ 0                   │ 0, 2      │ 0-7         │" in done.stdout
+    root = ET.fromstring(svg.read_text())  # valid XML
+    devices = [e for e in root.iter() if e.get("class") == "device"]
+    assert sorted(int(e.get("data-device")) for e in devices) == list(range(8))
+    rows = {int(e.get("data-device")): e.get("data-rows") for e in devices}
+    assert rows[0] == rows[4] == "0-3" and rows[3] == rows[7] == "12-15"
+
+
+def test_plan_text_is_the_python_api_text(capsys):
+    assert cli.main(["plan", "--processes", "2", "--local-devices", "4", "--layout",
+                     "replicas-in-process", "--model-size", "2", "--global-batch-size", "8"]) == 0
+    layout = jaxload.model_replicas_in_process(2, devices=jaxload.simulated_devices(2, 4))
+    assert capsys.readouterr().out == layout.plan(8).explain()
+
+
+def test_plan_with_a_mesh_shape_and_bad_requests(capsys):
+    assert cli.main(["plan", "--processes", "2", "--local-devices", "4", "--mesh-shape", "4,2",
+                     "--mesh-axes", "data,model", "--batch-axes", "data",
+                     "--global-batch-size", "8"]) == 0
+    assert "Every process loads different rows" in capsys.readouterr().out
+    assert cli.main(["plan", "--processes", "2", "--local-devices", "4", "--global-batch-size",
+                     "12"]) == 2
+    assert "global_batch_size=12 must be a positive multiple of the 8 batch shards" \
+        in capsys.readouterr().err
+
+
+def test_a_large_simulated_topology_is_summarised():
+    layout = jaxload.model_replicas_across_processes(2, devices=jaxload.simulated_devices(512, 8))
+    text = layout.plan(8192).explain(max_processes=4)
+    assert "512 processes x 8 devices" in text
+    assert "Processes 0 and 256 load the same rows" in text
+    assert "... and 508 more processes" in text
+
+
+def test_launch_runs_every_process_with_prefixed_output():
+    done = jaxload_command("launch", "-n", "2", "--local-devices", "4", "--", "python",
+                           str(SCRIPT))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[0] hello from 0 of 2, 4 local devices" in done.stdout
+    assert "[1] hello from 1 of 2, 4 local devices" in done.stdout
+
+
+def test_launch_propagates_a_failing_process():
+    done = jaxload_command("launch", "-n", "2", "--local-devices", "4", "--", "python",
+                           str(SCRIPT), "--fail")
+    assert done.returncode == 7
+    assert "[1] process 1 gives up" in done.stdout
+    assert "multi-process run failed: process 1 exited with code 7" in done.stderr
+    assert "--- process 1 (exit code 7), last lines ---\nhello from 1 of 2" in done.stderr
