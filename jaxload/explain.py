@@ -98,7 +98,8 @@ def text(plan: Plan, *, max_processes: int = 16, width: int = 100) -> str:
 def svg(plan: Plan, *, max_processes: int = 32) -> str:
     """An SVG in the guide's style: the global batch's row blocks coloured by loading group on
     the left, each process's devices on the right, each device coloured like the rows it holds
-    and labelled with them. One ``<rect class="device">`` per device."""
+    and labelled ``d<device> r<per-replica batch>: <rows>`` (devices of one model replica share
+    the ``r``). One ``<rect class="device">`` per device."""
     layout = layout_of(plan)
     plans = layout.plans(plan.global_batch_size)[:max_processes]
     group_of = {p.process_index: p.shard_index for p in plans}
@@ -106,7 +107,7 @@ def svg(plan: Plan, *, max_processes: int = 32) -> str:
     cell, gap, left = 28, 12, 170
     local = len(plans[0].device_rows)
     height = max(blocks * cell, len(plans) * (cell + gap)) + 60
-    width = left + 90 + local * (cell * 3 + 6) + 20
+    width = left + 90 + local * (cell * 4 + 6) + 20
     root = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(width),
                       height=str(height), viewBox=f"0 0 {width} {height}")
     ET.SubElement(root, "text", x="10", y="20", attrib={"font-size": "13"}).text = (
@@ -132,11 +133,12 @@ def svg(plan: Plan, *, max_processes: int = 32) -> str:
                       attrib={"font-size": "11"}).text = f"process {p.process_index}"
         for j, (device, start, stop) in enumerate(p.device_rows):
             a, b = p.global_rows[0] + start, p.global_rows[0] + stop
-            x = left + 80 + j * (cell * 3 + 6)
-            ET.SubElement(root, "rect", x=str(x), y=str(y), width=str(cell * 3),
+            x = left + 80 + j * (cell * 4 + 6)
+            ET.SubElement(root, "rect", x=str(x), y=str(y), width=str(cell * 4),
                           height=str(cell - 2), fill=_COLOURS[group_of[p.process_index] % len(_COLOURS)],
                           stroke="#333", attrib={"class": "device", "data-device": str(device),
                                                  "data-rows": _rows(a, b)})
             ET.SubElement(root, "text", x=str(x + 4), y=str(y + cell / 2 + 3),
-                          attrib={"font-size": "10"}).text = f"d{device}: {_rows(a, b)}"
+                          attrib={"font-size": "10"}).text = (
+                f"d{device} r{a // rows_per_block}: {_rows(a, b)}")
     return ET.tostring(root, encoding="unicode")

@@ -35,3 +35,14 @@ def test_checks_example_catches_both_mistakes_on_every_process():
     assert "ReplicationError: batch['id'] rows [0, 4)" in out
     assert "data_parallel, 2 processes x 4 devices: 2 of 2 processes raised" in out
     assert "DuplicationError: different rows of the batch hold identical data" in out
+
+
+def test_quick_reference_under_launch():
+    done = subprocess.run([sys.executable, "-m", "jaxload", "launch", "-n", "2", "--local-devices",
+                           "4", "--", "python", str(EXAMPLES / "quick_reference.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for p in (0, 1):
+        assert f"[{p}] 8 steps of (128, 8, 8, 3) float32; this process loaded 512 of 1024" \
+            in done.stdout
+    assert "[1] device 2048: rows 64-79, samples [1, 3, 5, 7]..." in done.stdout
