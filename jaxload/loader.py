@@ -19,6 +19,7 @@ import jax
 from jaxload import agreement, check
 from jaxload.assemble import build_global, check_local_batch
 from jaxload.layouts import Layout, Plan
+from jaxload.prefetch import prefetched
 from jaxload.remainder import (
     DROP,
     PAD,
@@ -44,6 +45,8 @@ class Loader:
       layout: the layout the batches are placed on.
       plan: this process's loading plan (``shard_index``, ``local_batch_size``, ...).
       remainder: ``"drop"`` or ``"pad"`` (see :mod:`jaxload.remainder`).
+      prefetch: how many global batches are assembled ahead on a background thread while the
+        training step runs (0: none, everything happens in ``next()``).
 
     With ``checks="first"`` (the default) the first step of each pass also verifies that every
     process built the same layout (:func:`jaxload.check.plan`) and that the batch is placed right
@@ -66,11 +69,13 @@ class Loader:
         *,
         remainder: str = DROP,
         checks: str | int = "first",
+        prefetch: int = 2,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ):
         """``local_batches()`` starts a new pass and yields this process's numpy batches."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        self.prefetch = check_prefetch(prefetch)
         self._check_period = check_period(checks)
         self.layout = layout
         self.plan = plan
@@ -89,6 +94,12 @@ class Loader:
         )
 
     def __iter__(self) -> Iterator[PyTree]:
+        if self.prefetch:
+            return prefetched(self._global_batches, self.prefetch)
+        return self._global_batches()
+
+    def _global_batches(self) -> Iterator[PyTree]:
+        """One pass: agree on each step, assemble it, check it; the producer side of prefetch."""
         steps = agreement.StepAgreement(f"{self._id}.{self._passes}", self._timeout_s)
         self._passes += 1
         local_batches = self._local_batches()
@@ -136,6 +147,13 @@ class Loader:
             "rows": int(named[0][1].shape[0]),
             "signature": ";".join(f"{n}:{a.dtype}{list(a.shape[1:])}" for n, a in named),
         }
+
+
+def check_prefetch(prefetch: int) -> int:
+    if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
+        raise ValueError(f"prefetch={prefetch!r} must be an int >= 0 (batches assembled ahead; 0 "
+                         "turns prefetching off)")
+    return prefetch
 
 
 def check_period(checks: str | int) -> int:

@@ -34,7 +34,7 @@ def scenarios():
 
     # Each process's pipeline is its own shard and they differ in length: 40 vs 100 elements.
     ids = range(p * 1000, p * 1000 + (40 if p == 0 else 100))
-    loader = make_loader("tf", layout, ids, global_batch_size=16, shard=False)
+    loader = make_loader("tf", layout, ids, global_batch_size=16, shard=False, prefetch=0)
     out["uneven_steps"] = _outcome(lambda: len(list(loader)))
 
     # more steps than one chunk of agreement keys (deleted chunk by chunk as the epoch goes)

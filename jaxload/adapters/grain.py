@@ -6,7 +6,7 @@ from typing import Any
 
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout
-from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_period
+from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_period, check_prefetch
 from jaxload.remainder import DROP, check_remainder
 
 
@@ -19,6 +19,7 @@ def from_grain(
     remainder: str = DROP,
     batched: bool = False,
     checks: str | int = "first",
+    prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched Grain dataset.
@@ -46,6 +47,8 @@ def from_grain(
         device work. With ``shard=True`` whole batches are then dealt out to the loading groups.
       checks: when to verify placement at run time: ``"first"`` step of each pass (default),
         every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`.
+      prefetch: global batches assembled ahead on a background thread while the training step
+        runs (default 2; 0 turns it off).
       timeout_s: how long a process waits for the others at each step before raising.
 
     Example:
@@ -58,6 +61,7 @@ def from_grain(
 
     check_remainder(remainder)
     check_period(checks)
+    check_prefetch(prefetch)
     plan = layout.plan(global_batch_size)
     if isinstance(ds, grain.MapDataset):
         if shard:
@@ -80,4 +84,4 @@ def from_grain(
         ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
                       batch_fn=stack_elements)
     return Loader(lambda: iter(ds), layout, plan, remainder=remainder,
-                  checks=checks, timeout_s=timeout_s)
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s)

@@ -8,7 +8,7 @@ import jax
 
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
-from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_period
+from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_period, check_prefetch
 from jaxload.remainder import DROP, check_remainder
 
 
@@ -21,6 +21,7 @@ def from_tf_data(
     remainder: str = DROP,
     batched: bool = False,
     checks: str | int = "first",
+    prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched ``tf.data.Dataset``.
@@ -49,6 +50,8 @@ def from_tf_data(
         batches are then dealt out to the loading groups.
       checks: when to verify placement at run time: ``"first"`` step of each pass (default),
         every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`.
+      prefetch: global batches assembled ahead on a background thread while the training step
+        runs (default 2; 0 turns it off).
       timeout_s: how long a process waits for the others at each step before raising.
 
     Example:
@@ -63,6 +66,7 @@ def from_tf_data(
         raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
     check_remainder(remainder)
     check_period(checks)
+    check_prefetch(prefetch)
     plan = layout.plan(global_batch_size)
     _check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
     if shard:
@@ -71,7 +75,7 @@ def from_tf_data(
         ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
     ds = ds.prefetch(tf.data.AUTOTUNE)
     return Loader(ds.as_numpy_iterator, layout, plan, remainder=remainder,
-                  checks=checks, timeout_s=timeout_s)
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s)
 
 
 def _check_element_spec(element_spec: Any, batch_rows: int | None, remainder: str) -> None:

@@ -1,0 +1,79 @@
+"""Prefetching: same batches as without, errors with their traceback, no leaked threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+
+import grain
+import numpy as np
+import pytest
+
+import jaxload
+from jaxload.prefetch import prefetched
+
+
+def prefetch_threads() -> int:
+    return sum(t.name == "jaxload-prefetch" and t.is_alive() for t in threading.enumerate())
+
+
+def ids(loader):
+    return [np.asarray(b["id"]).tolist() for b in loader]
+
+
+def test_same_batches_with_and_without_prefetch():
+    ds = grain.MapDataset.range(100).map(lambda i: {"id": i})
+    layout = jaxload.data_parallel()
+    off = ids(jaxload.from_grain(ds, layout, global_batch_size=16, prefetch=0))
+    on = ids(jaxload.from_grain(ds, layout, global_batch_size=16, prefetch=3))
+    assert off == on and len(on) == 6
+
+
+def exploding(i):
+    if i == 40:
+        raise KeyError("record 40 is missing")
+    return {"id": i}
+
+
+def test_producer_errors_keep_their_traceback():
+    ds = grain.MapDataset.range(100).map(exploding)
+    loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=8, prefetch=2)
+    with pytest.raises(KeyError, match="record 40 is missing") as raised:
+        list(loader)
+    frames = [f.name for f in traceback.extract_tb(raised.value.__traceback__)]
+    assert "exploding" in frames  # the user's function, where it really failed
+    time.sleep(0.6)
+    assert prefetch_threads() == 0
+
+
+def test_breaking_early_stops_the_thread():
+    ds = grain.MapDataset.range(10_000).map(lambda i: {"id": i})
+    loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=8, prefetch=2)
+    for step, _ in enumerate(loader):
+        if step == 3:
+            break
+    time.sleep(0.6)
+    assert prefetch_threads() == 0
+
+
+def test_prefetch_runs_ahead_of_the_consumer():
+    produced = []
+
+    def produce():
+        for i in range(5):
+            produced.append(i)
+            yield i
+
+    it = prefetched(produce, depth=2)
+    assert next(it) == 0
+    time.sleep(0.3)
+    assert len(produced) >= 3  # 0 consumed, two more waiting
+    assert list(it) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "2"])
+def test_bad_prefetch_value(value):
+    with pytest.raises(ValueError, match=rf"prefetch={value!r} must be an int >= 0"):
+        jaxload.from_grain(grain.MapDataset.range(8), jaxload.data_parallel(),
+                           global_batch_size=8, prefetch=value)
