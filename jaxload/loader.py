@@ -1,11 +1,11 @@
 """The Loader: per-process numpy batches in, global ``jax.Array`` batches out, in lockstep.
 
-Every step, before anything touches a device, all processes exchange a short report
-(:mod:`jaxload.agreement`): how many rows this process has, the batch's structure, shapes and
-dtypes, or the error its pipeline raised. From the same reports every process takes the same
-decision: go on, end the epoch (see :mod:`jaxload.remainder`), or raise. So a process that runs out
-of data early never leaves the others blocked in a collective, and a process that fails stops
-the others with its error.
+Before steps are handed out, all processes exchange a short report (:mod:`jaxload.agreement`):
+how many batches each has read ahead, their structure, shapes and dtypes, or the error its
+pipeline raised. From the same reports every process takes the same decision: how many steps
+exist, whether to end the epoch (see :mod:`jaxload.remainder`), or to raise. So a process that
+runs out of data early never leaves the others blocked in a collective, and a process that fails
+stops the others with its error. One exchange covers a window of up to 16 steps.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxload import agreement, check
 from jaxload.assemble import build_global, check_local_batch
@@ -33,6 +34,8 @@ from jaxload.remainder import (
 PyTree = Any
 
 DEFAULT_TIMEOUT_S = 600.0
+_MAX_WINDOW = 16  # steps agreed on in one exchange, at most
+_WINDOW_BYTES = 64 * 2**20  # per-process batches read ahead for one exchange, at most
 
 
 class Loader:
@@ -99,54 +102,76 @@ class Loader:
         return self._global_batches()
 
     def _global_batches(self) -> Iterator[PyTree]:
-        """One pass: agree on each step, assemble it, check it; the producer side of prefetch."""
-        steps = agreement.StepAgreement(f"{self._id}.{self._passes}", self._timeout_s)
+        """One pass: agree on the next steps, assemble them, check them (the prefetch producer).
+
+        Processes agree on a *window* of steps at a time: each reads up to ``window`` batches
+        ahead and reports how many it has, so one exchange covers several steps. The window
+        starts at 1 and doubles up to ``_MAX_WINDOW`` steps (and ``_WINDOW_BYTES`` of buffered
+        batches), which keeps the first step prompt and the steady-state cost per step small.
+        """
+        exchanges = agreement.StepAgreement(f"{self._id}.{self._passes}", self._timeout_s)
         self._passes += 1
         local_batches = self._local_batches()
         pad = self.remainder == PAD
-        # In "pad" mode each process sends a zero-row copy of its batch whenever the batch's
-        # signature is new, so that a process whose data has run out can build zero padding.
+        # In "pad" mode a process sends a zero-row copy of its batch the first time its
+        # signature appears, so that a process whose data has run out can build zero padding.
         template, sent, first = None, None, None
-        for step in range(2**63):
+        step, window, exhausted = 0, 1, False
+        for round_index in range(2**63):
+            ahead: list[PyTree] = []
             try:
-                local = next(local_batches, None)
-                report = self._report(local)
-                first = first or report.get("signature")
-                if report.get("signature", first) != first:
-                    raise ValueError(_shape_change(first, report["signature"], step))
-                if pad and local is not None and report["signature"] != sent:
-                    report["template"], sent = encode_template(local), report["signature"]
+                while len(ahead) < window and not exhausted:
+                    local = next(local_batches, None)
+                    if local is None:
+                        exhausted = True
+                        break
+                    signature = self._signature(local)
+                    first = first or signature
+                    if signature != first:
+                        raise ValueError(_shape_change(first, signature, step + len(ahead)))
+                    ahead.append(local)
+                report: dict = {"steps": len(ahead)}
+                if ahead:
+                    report["signature"] = first
+                    report["nbytes"] = sum(np.asarray(x).nbytes
+                                           for x in jax.tree_util.tree_leaves(ahead[0]))
+                    if pad and first != sent:
+                        report["template"], sent = encode_template(ahead[0]), first
             except Exception as e:
-                steps.exchange(step, json.dumps({"error": f"{type(e).__name__}: {e}"}))
+                failed = {"error": f"{type(e).__name__}: {e}", "step": step + len(ahead)}
+                exchanges.exchange(round_index, json.dumps(failed))
                 raise
-            reports = {p: json.loads(r) for p, r in steps.exchange(step, json.dumps(report)).items()}
-            if not _go_on(reports, step, self.plan.local_batch_size, pad):
-                return
+            reports = {p: json.loads(r)
+                       for p, r in exchanges.exchange(round_index, json.dumps(report)).items()}
+            count, more = _agreed_steps(reports, step, window, pad)
             if pad:
-                template = next((r["template"] for r in reports.values() if "template" in r), template)
-                if local is None:
-                    local = decode_template(template)
-                local = pad_rows(local, self.plan.local_batch_size)
-            leaves = jax.tree_util.tree_leaves(local)
-            batch = build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
-            if self._check_period and step % self._check_period == 0:
-                if step == 0:
-                    check.plan(self.layout, self.plan.global_batch_size, timeout_s=self._timeout_s)
-                check.batch(batch, timeout_s=self._timeout_s)
-            yield batch
+                template = next((r["template"] for r in reports.values() if "template" in r),
+                                template)
+            for i in range(count):
+                local = ahead[i] if i < len(ahead) else decode_template(template)
+                if pad:
+                    local = pad_rows(local, self.plan.local_batch_size)
+                leaves = jax.tree_util.tree_leaves(local)
+                batch = build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
+                if self._check_period and step % self._check_period == 0:
+                    if step == 0:
+                        check.plan(self.layout, self.plan.global_batch_size,
+                                   timeout_s=self._timeout_s)
+                    check.batch(batch, timeout_s=self._timeout_s)
+                yield batch
+                step += 1
+            if not more:
+                return
+            # from the reports, not local state, so every process picks the same window
+            nbytes = max(r.get("nbytes", 1) for r in reports.values())
+            window = max(1, min(2 * window, _MAX_WINDOW, _WINDOW_BYTES // max(nbytes, 1)))
 
-    def _report(self, local: PyTree | None) -> dict:
-        """What this process tells the others about its batch for this step."""
-        if local is None:
-            return {"rows": 0}
-        pad = self.remainder == PAD
-        if pad:
+    def _signature(self, local: PyTree) -> str:
+        """Validates this process's batch; its features' names, dtypes and row shapes."""
+        if self.remainder == PAD:
             check_paddable(local)
-        named = check_local_batch(local, self.plan, partial=pad)
-        return {
-            "rows": int(named[0][1].shape[0]),
-            "signature": ";".join(f"{n}:{a.dtype}{list(a.shape[1:])}" for n, a in named),
-        }
+        named = check_local_batch(local, self.plan, partial=self.remainder == PAD)
+        return ";".join(f"{n}:{a.dtype}{list(a.shape[1:])}" for n, a in named)
 
 
 def check_prefetch(prefetch: int) -> int:
@@ -177,15 +202,18 @@ def _shape_change(first: str, now: str, step: int) -> str:
             "in the pipeline); a changing shape would also recompile the training step.")
 
 
-def _go_on(reports: dict[int, dict], step: int, local_batch_size: int, pad: bool) -> bool:
-    """The same decision on every process; raises if a process failed or batches differ."""
-    failed = {p: r["error"] for p, r in reports.items() if "error" in r}
+def _agreed_steps(reports: dict[int, dict], step: int, window: int, pad: bool) -> tuple[int, bool]:
+    """How many of the next steps exist, and whether more may follow: the same on every process.
+
+    Raises if a process failed, or if the processes' batches differ in structure, shape or dtype.
+    """
+    failed = {p: r for p, r in reports.items() if "error" in r}
     if failed:
-        p, message = min(failed.items())
-        raise RuntimeError(f"process {p} failed while loading step {step}: {message}")
+        p, r = min(failed.items())
+        raise RuntimeError(f"process {p} failed while loading step {r['step']}: {r['error']}")
     kinds: dict[str, list[int]] = {}
     for p, r in sorted(reports.items()):
-        if r["rows"]:
+        if r["steps"]:
             kinds.setdefault(r["signature"], []).append(p)
     if len(kinds) > 1:
         described = "\n".join(f"  processes {ps}: {sig}" for sig, ps in kinds.items())
@@ -194,6 +222,7 @@ def _go_on(reports: dict[int, dict], step: int, local_batch_size: int, pad: bool
             f"dtypes (shapes shown without the batch dim), so they cannot form one global "
             f"batch:\n{described}"
         )
-    if pad:
-        return bool(kinds)
-    return all(r["rows"] == local_batch_size for r in reports.values())
+    counts = [r["steps"] for r in reports.values()]
+    if pad:  # go on while any process has data; the others pad
+        return max(counts), max(counts) == window
+    return min(counts), min(counts) == window
