@@ -21,7 +21,7 @@ demo: install
 	$(PY) examples/demo.py
 
 bench: install
-	@echo "make bench: the benchmark suite is not written yet (see benchmarks/README.md)."
+	$(PY) benchmarks/bench.py
 
 lint: install
 	$(PY) -m ruff check jaxload tests examples

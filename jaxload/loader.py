@@ -35,7 +35,7 @@ PyTree = Any
 
 DEFAULT_TIMEOUT_S = 600.0
 _MAX_WINDOW = 16  # steps agreed on in one exchange, at most
-_WINDOW_BYTES = 64 * 2**20  # per-process batches read ahead for one exchange, at most
+_WINDOW_BYTES = 256 * 2**20  # per-process batches read ahead for one exchange, at most
 
 
 class Loader:
