@@ -118,25 +118,24 @@ class Loader:
         template, sent, first = None, None, None
         step, window, exhausted = 0, 1, False
         for round_index in range(2**63):
-            ahead: list[PyTree] = []
+            ahead: list[tuple[PyTree, list[np.ndarray]]] = []  # batches read ahead, their leaves
             try:
                 while len(ahead) < window and not exhausted:
                     local = next(local_batches, None)
                     if local is None:
                         exhausted = True
                         break
-                    signature = self._signature(local)
+                    signature, leaves = self._validated(local)
                     first = first or signature
                     if signature != first:
                         raise ValueError(_shape_change(first, signature, step + len(ahead)))
-                    ahead.append(local)
+                    ahead.append((local, leaves))
                 report: dict = {"steps": len(ahead)}
                 if ahead:
                     report["signature"] = first
-                    report["nbytes"] = sum(np.asarray(x).nbytes
-                                           for x in jax.tree_util.tree_leaves(ahead[0]))
+                    report["nbytes"] = sum(leaf.nbytes for leaf in ahead[0][1])
                     if pad and first != sent:
-                        report["template"], sent = encode_template(ahead[0]), first
+                        report["template"], sent = encode_template(ahead[0][0]), first
             except Exception as e:
                 failed = {"error": f"{type(e).__name__}: {e}", "step": step + len(ahead)}
                 exchanges.exchange(round_index, json.dumps(failed))
@@ -148,10 +147,10 @@ class Loader:
                 template = next((r["template"] for r in reports.values() if "template" in r),
                                 template)
             for i in range(count):
-                local = ahead[i] if i < len(ahead) else decode_template(template)
+                local, leaves = ahead[i] if i < len(ahead) else (decode_template(template), None)
                 if pad:
                     local = pad_rows(local, self.plan.local_batch_size)
-                leaves = jax.tree_util.tree_leaves(local)
+                    leaves = jax.tree_util.tree_leaves(local)
                 batch = build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
                 if self._check_period and step % self._check_period == 0:
                     if step == 0:
@@ -166,12 +165,14 @@ class Loader:
             nbytes = max(r.get("nbytes", 1) for r in reports.values())
             window = max(1, min(2 * window, _MAX_WINDOW, _WINDOW_BYTES // max(nbytes, 1)))
 
-    def _signature(self, local: PyTree) -> str:
-        """Validates this process's batch; its features' names, dtypes and row shapes."""
+    def _validated(self, local: PyTree) -> tuple[str, list[np.ndarray]]:
+        """Validates this process's batch: its signature (features' names, dtypes, row shapes)
+        and its leaves as numpy arrays."""
         if self.remainder == PAD:
             check_paddable(local)
         named = check_local_batch(local, self.plan, partial=self.remainder == PAD)
-        return ";".join(f"{n}:{a.dtype}{list(a.shape[1:])}" for n, a in named)
+        signature = ";".join(f"{n}:{a.dtype}{list(a.shape[1:])}" for n, a in named)
+        return signature, [a for _, a in named]
 
 
 def check_prefetch(prefetch: int) -> int:
