@@ -46,3 +46,12 @@ def test_quick_reference_under_launch():
         assert f"[{p}] 8 steps of (128, 8, 8, 3) float32; this process loaded 512 of 1024" \
             in done.stdout
     assert "[1] device 2048: rows 64-79, samples [1, 3, 5, 7]..." in done.stdout
+
+
+def test_training_loop_loss_goes_down():
+    done = subprocess.run([sys.executable, "-m", "jaxload", "launch", "-n", "2", "--local-devices",
+                           "4", "--", "python", str(EXAMPLES / "train.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "[0] first step: loss" in done.stdout and "[0] epoch 2: loss" in done.stdout
+    assert "[0] max |w - w_true| = 0.00" in done.stdout  # the script asserts the loss went down
