@@ -55,3 +55,22 @@ def test_training_loop_loss_goes_down():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[0] first step: loss" in done.stdout and "[0] epoch 2: loss" in done.stdout
     assert "[0] max |w - w_true| = 0.00" in done.stdout  # the script asserts the loss went down
+
+
+def launch_example(name: str, processes: int, devices: int) -> str:
+    done = subprocess.run([sys.executable, "-m", "jaxload", "launch", "-n", str(processes),
+                           "--local-devices", str(devices), "--", "python", str(EXAMPLES / name)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_layout_examples():
+    out = launch_example("tf_data_parallel.py", 2, 4)
+    assert "[1] device 2048: elements [1, 3]" in out and "[0] 6 steps per epoch" in out
+    out = launch_example("grain_replicas_in_process.py", 2, 4)
+    assert "[0] device 1 (replica 0): rows 0-7, elements [0, 2, 4, 6, 8, 10, 12, 14]" in out
+    assert "[1] process 1: replicas verified" in out
+    out = launch_example("replicas_across_processes.py", 4, 2)
+    assert "[2] process 2: loading group 0 (0, 2), device rows {4096: [0, 2], 4097: [4, 6]}" in out
+    assert "[3] process 3: loading group 1 (1, 3), device rows {6144: [1, 3], 6145: [5, 7]}" in out
