@@ -74,3 +74,11 @@ def test_layout_examples():
     out = launch_example("replicas_across_processes.py", 4, 2)
     assert "[2] process 2: loading group 0 (0, 2), device rows {4096: [0, 2], 4097: [4, 6]}" in out
     assert "[3] process 3: loading group 1 (1, 3), device rows {6144: [1, 3], 6145: [5, 7]}" in out
+
+
+def test_sharding_guide_quick():
+    done = subprocess.run([sys.executable, str(EXAMPLES / "sharding_guide.py"), "--quick"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| 2 x 4 | data=4 x model=2 | P('data',) | 64 | 256 | 0.75 |" in done.stdout
+    assert "| 1 x 1 | data=1 | P('data',) | 64 | 64 | 0.75 |" in done.stdout
