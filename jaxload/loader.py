@@ -157,7 +157,14 @@ class Loader:
                         check.plan(self.layout, self.plan.global_batch_size,
                                    timeout_s=self._timeout_s)
                     check.batch(batch, timeout_s=self._timeout_s)
-                yield batch
+                try:
+                    yield batch
+                except GeneratorExit:
+                    # Stopped early (break, or interpreter exit): the other processes expect
+                    # this one at the next exchange; tell them this pass is over.
+                    if more:
+                        exchanges.exchange(round_index + 1, json.dumps({"stopped": True}))
+                    raise
                 step += 1
             if not more:
                 return
@@ -208,6 +215,8 @@ def _agreed_steps(reports: dict[int, dict], step: int, window: int, pad: bool) -
 
     Raises if a process failed, or if the processes' batches differ in structure, shape or dtype.
     """
+    if any("stopped" in r for r in reports.values()):  # a process stopped iterating early
+        return 0, False
     failed = {p: r for p, r in reports.items() if "error" in r}
     if failed:
         p, r = min(failed.items())

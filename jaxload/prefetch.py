@@ -8,6 +8,7 @@ the producer stops at its next step and the thread ends.
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -24,6 +25,19 @@ class _Raised:
 
 
 _END = object()
+
+# Producers still running, stopped before the interpreter exits: a daemon thread left inside a
+# backend's C++ code during interpreter shutdown can abort the process ("FATAL: exception not
+# rethrown"), e.g. after `next(iter(loader))` without finishing the pass.
+_running: dict[threading.Thread, threading.Event] = {}
+_JOIN_AT_EXIT_S = 10.0
+
+
+def _stop_producers() -> None:
+    for stop in list(_running.values()):
+        stop.set()
+    for thread in list(_running):
+        thread.join(timeout=_JOIN_AT_EXIT_S)
 
 
 def prefetched(produce: Callable[[], Iterator[T]], depth: int) -> Iterator[T]:
@@ -58,8 +72,15 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int) -> Iterator[T]:
             close = getattr(items, "close", None)
             if close:
                 close()
+            _running.pop(threading.current_thread(), None)
 
     thread = threading.Thread(target=run, name="jaxload-prefetch", daemon=True)
+    if not _running:
+        # Registered now, after jax.distributed.initialize() registered its own shutdown:
+        # exit handlers run last-in first-out, so producers stop while the runtime is up.
+        atexit.unregister(_stop_producers)
+        atexit.register(_stop_producers)
+    _running[thread] = stop
     thread.start()
     try:
         while True:

@@ -55,6 +55,16 @@ def scenarios():
     loader = jaxload.from_grain(ds, layout, global_batch_size=8)
     out["mismatch"] = _outcome(lambda: len(list(loader)))
 
+    # every process stops after 3 steps of a long pass (prefetch running ahead), then the next
+    # loader must work at once: no producer is left waiting for the others
+    loader = jaxload.from_grain(grain.MapDataset.range(8 * 1000), layout, global_batch_size=8,
+                                timeout_s=20)
+    for step, _ in enumerate(loader):
+        if step == 2:
+            break
+    after_break = jaxload.from_grain(grain.MapDataset.range(64), layout, global_batch_size=8)
+    out["after_break"] = _outcome(lambda: len(list(after_break)))
+
     # process 1 never iterates this loader: process 0 must give up after timeout_s
     loader = jaxload.from_grain(grain.MapDataset.range(16), layout, global_batch_size=8,
                                 timeout_s=3)
@@ -73,6 +83,12 @@ def test_uneven_pipelines_stop_together_at_the_shortest(outcomes):
 
 def test_a_long_epoch_runs_every_step(outcomes):
     assert [o["long"][0] for o in outcomes] == [150, 150]
+
+
+def test_breaking_early_on_every_process_leaves_nothing_waiting(outcomes):
+    for o in outcomes:
+        steps, elapsed = o["after_break"]
+        assert steps == 8 and elapsed < 10
 
 
 def test_a_failing_process_stops_the_others_with_its_error(outcomes):
