@@ -34,6 +34,8 @@ from jaxload.remainder import (
 PyTree = Any
 
 DEFAULT_TIMEOUT_S = 600.0
+_STATE_FORMAT = "jaxload.loader/1"
+_START = {"step": 0, "position": None}
 _MAX_WINDOW = 16  # steps agreed on in one exchange, at most
 _WINDOW_BYTES = 256 * 2**20  # per-process batches read ahead for one exchange, at most
 
@@ -66,16 +68,18 @@ class Loader:
 
     def __init__(
         self,
-        local_batches: Callable[[], Iterator[PyTree]],
+        local_batches: Callable[[Any], Iterator[tuple[PyTree, Any]]],
         layout: Layout,
         plan: Plan,
         *,
+        backend: str = "custom",
         remainder: str = DROP,
         checks: str | int = "first",
         prefetch: int = 2,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ):
-        """``local_batches()`` starts a new pass and yields this process's numpy batches."""
+        """``local_batches(position)`` starts a pass at a backend position (None: the start) and
+        yields this process's numpy batches, each with the backend position after it (JSON)."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self.prefetch = check_prefetch(prefetch)
@@ -84,9 +88,12 @@ class Loader:
         self.plan = plan
         self.remainder = check_remainder(remainder)
         self._local_batches = local_batches
+        self._backend = backend
         self._timeout_s = timeout_s
         self._id = agreement.next_loader_id()
         self._passes = 0
+        self._position = _START  # where the current (or next) pass stands: step, backend position
+        self._resume = _START  # where the next pass starts
 
     def __repr__(self) -> str:
         p = self.plan
@@ -97,11 +104,64 @@ class Loader:
         )
 
     def __iter__(self) -> Iterator[PyTree]:
-        if self.prefetch:
-            return prefetched(self._global_batches, self.prefetch)
-        return self._global_batches()
+        start, self._resume = self._resume, _START
+        self._position = start
+        produce = lambda: self._global_batches(start)  # noqa: E731
+        items = prefetched(produce, self.prefetch) if self.prefetch else produce()
+        return self._handed_out(items)
 
-    def _global_batches(self) -> Iterator[PyTree]:
+    def _handed_out(self, items: Iterator[tuple[PyTree, dict]]) -> Iterator[PyTree]:
+        """The consumer side: records the position of each batch as it reaches the user, so
+        that ``get_state`` describes what was consumed, not what was prefetched."""
+        for batch, position in items:
+            self._position = position
+            yield batch
+        self._position = _START  # a finished pass: the next one starts from the beginning
+
+    def get_state(self) -> dict:
+        """The position after the last batch handed out, as a JSON-serializable dict.
+
+        Each process has its own state (its loading group's position). Save it per process, e.g.
+        next to an Orbax checkpoint, and give it to ``set_state`` of a fresh loader built over the
+        same pipeline with the same plan to continue with the same batches on every process.
+
+        Example:
+          >>> state = loader.get_state()
+          >>> json.dump(state, open(f"ckpt/loader_{jax.process_index()}.json", "w"))
+        """
+        p = self.plan
+        return {
+            "format": _STATE_FORMAT,
+            "backend": self._backend,
+            "plan": {"process_index": p.process_index, "shard_index": p.shard_index,
+                     "shard_count": p.shard_count, "local_batch_size": p.local_batch_size,
+                     "global_batch_size": p.global_batch_size},
+            "remainder": self.remainder,
+            **self._position,
+        }
+
+    def set_state(self, state: dict) -> None:
+        """Makes the next pass continue from ``state`` (from ``get_state``).
+
+        Refuses a state taken with another backend, remainder mode or plan (loading group,
+        batch sizes), naming both values.
+        """
+        if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+            raise ValueError(f"not a jaxload loader state (format {_STATE_FORMAT!r}): {state!r:.200}")
+        mine = self.get_state()
+        for key in ("backend", "remainder"):
+            if state[key] != mine[key]:
+                raise ValueError(f"the state was taken with {key}={state[key]!r}, this loader "
+                                 f"has {key}={mine[key]!r}")
+        for key, value in mine["plan"].items():
+            if key != "process_index" and state["plan"][key] != value:
+                raise ValueError(
+                    f"the state was taken under another plan: {key}={state['plan'][key]} in the "
+                    f"state, {key}={value} in this loader's plan. Resume with the same layout, "
+                    "topology and global_batch_size.")
+        self._resume = {"step": state["step"], "position": state["position"]}
+
+    def _global_batches(self, start: dict) -> Iterator[tuple[PyTree, dict]]:
         """One pass: agree on the next steps, assemble them, check them (the prefetch producer).
 
         Processes agree on a *window* of steps at a time: each reads up to ``window`` batches
@@ -111,17 +171,19 @@ class Loader:
         """
         exchanges = agreement.StepAgreement(f"{self._id}.{self._passes}", self._timeout_s)
         self._passes += 1
-        local_batches = self._local_batches()
+        local_batches = self._local_batches(start["position"])
+        position = start["position"]
         pad = self.remainder == PAD
         # In "pad" mode a process sends a zero-row copy of its batch the first time its
         # signature appears, so that a process whose data has run out can build zero padding.
         template, sent, first = None, None, None
-        step, window, exhausted = 0, 1, False
+        step, window, exhausted = start["step"], 1, False
+        first_step = step
         for round_index in range(2**63):
-            ahead: list[tuple[PyTree, list[np.ndarray]]] = []  # batches read ahead, their leaves
+            ahead: list[tuple[PyTree, list[np.ndarray], Any]] = []  # batch, leaves, position
             try:
                 while len(ahead) < window and not exhausted:
-                    local = next(local_batches, None)
+                    local, after = next(local_batches, (None, None))
                     if local is None:
                         exhausted = True
                         break
@@ -129,7 +191,7 @@ class Loader:
                     first = first or signature
                     if signature != first:
                         raise ValueError(_shape_change(first, signature, step + len(ahead)))
-                    ahead.append((local, leaves))
+                    ahead.append((local, leaves, after))
                 report: dict = {"steps": len(ahead)}
                 if ahead:
                     report["signature"] = first
@@ -147,18 +209,21 @@ class Loader:
                 template = next((r["template"] for r in reports.values() if "template" in r),
                                 template)
             for i in range(count):
-                local, leaves = ahead[i] if i < len(ahead) else (decode_template(template), None)
+                if i < len(ahead):
+                    local, leaves, position = ahead[i]
+                else:  # this process's data has run out: padding
+                    local, leaves = decode_template(template), None
                 if pad:
                     local = pad_rows(local, self.plan.local_batch_size)
                     leaves = jax.tree_util.tree_leaves(local)
                 batch = build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
-                if self._check_period and step % self._check_period == 0:
-                    if step == 0:
+                if self._check_period and (step == first_step or step % self._check_period == 0):
+                    if step == first_step:
                         check.plan(self.layout, self.plan.global_batch_size,
                                    timeout_s=self._timeout_s)
                     check.batch(batch, timeout_s=self._timeout_s)
                 try:
-                    yield batch
+                    yield batch, {"step": step + 1, "position": position}
                 except GeneratorExit:
                     # Stopped early (break, or interpreter exit): the other processes expect
                     # this one at the next exchange; tell them this pass is over.

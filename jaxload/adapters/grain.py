@@ -83,5 +83,14 @@ def from_grain(
     if not batched:
         ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
                       batch_fn=stack_elements)
-    return Loader(lambda: iter(ds), layout, plan, remainder=remainder,
+
+    def local_batches(position: dict | None):
+        """This group's batches with Grain's own iterator state after each one."""
+        iterator = iter(ds)
+        if position is not None:
+            iterator.set_state(position)
+        for batch in iterator:
+            yield batch, iterator.get_state()
+
+    return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import jax
@@ -71,10 +72,19 @@ def from_tf_data(
     _check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
     if shard:
         ds = ds.shard(plan.shard_count, plan.shard_index)
-    if not batched:
-        ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
-    ds = ds.prefetch(tf.data.AUTOTUNE)
-    return Loader(ds.as_numpy_iterator, layout, plan, remainder=remainder,
+
+    def local_batches(consumed: int | None):
+        """This group's batches, resuming after ``consumed`` batches (skip-by-count: exact for
+        a deterministic pipeline; the skipped elements are still read)."""
+        consumed = consumed or 0
+        rows = 1 if batched else plan.local_batch_size
+        pipeline = ds.skip(consumed * rows) if consumed else ds
+        if not batched:
+            pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
+        batches = pipeline.prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
+        return zip(batches, itertools.count(consumed + 1))
+
+    return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s)
 
 
