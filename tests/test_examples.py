@@ -57,10 +57,10 @@ def test_training_loop_loss_goes_down():
     assert "[0] max |w - w_true| = 0.00" in done.stdout  # the script asserts the loss went down
 
 
-def launch_example(name: str, processes: int, devices: int) -> str:
+def launch_example(name: str, processes: int, devices: int, *args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "jaxload", "launch", "-n", str(processes),
-                           "--local-devices", str(devices), "--", "python", str(EXAMPLES / name)],
-                          capture_output=True, text=True, timeout=300)
+                           "--local-devices", str(devices), "--", "python", str(EXAMPLES / name),
+                           *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 
@@ -82,3 +82,11 @@ def test_sharding_guide_quick():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "| 2 x 4 | data=4 x model=2 | P('data',) | 64 | 256 | 0.75 |" in done.stdout
     assert "| 1 x 1 | data=1 | P('data',) | 64 | 64 | 0.75 |" in done.stdout
+
+
+def test_resume_example_continues_with_the_same_batches(tmp_path):
+    out = launch_example("resume.py", 2, 4, str(tmp_path))
+    for p in (0, 1):
+        assert f"[{p}] process {p}: saved loader state {{'next_index': 192}} at step 6" in out
+    assert (tmp_path / "step_6" / "loader_1.json").exists()
+
