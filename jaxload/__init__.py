@@ -1,7 +1,7 @@
 """jaxload: tf.data and Grain pipelines to global jax.Array batches on multi-process JAX."""
 
 from jaxload import check
-from jaxload.adapters.grain import from_grain
+from jaxload.adapters.grain import from_grain, grain_shard_options
 from jaxload.adapters.tfdata import from_tf_data
 from jaxload.agreement import PeerTimeoutError
 from jaxload.assemble import assemble
@@ -36,6 +36,7 @@ __all__ = (
     "data_parallel",
     "from_grain",
     "from_tf_data",
+    "grain_shard_options",
     "initialize",
     "model_replicas_across_processes",
     "model_replicas_in_process",

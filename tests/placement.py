@@ -154,3 +154,24 @@ def verify_epoch(results: list[dict], num_elements: int, global_batch_size: int)
     assert len(seen) == len(set(seen)), "an element appears in two steps"
     assert set(seen) == expected_ids
     return loaded
+
+
+def make_data_loader(layout, num_elements: int, global_batch_size: int, worker_count: int = 0,
+                     shard_options=None):
+    """A grain.DataLoader over ``element(i)``, sharded by loading group unless told otherwise."""
+    import grain
+
+    import jaxload
+
+    class ToElement(grain.transforms.Map):
+        def map(self, i):
+            return element(int(i))
+
+    plan = layout.plan(global_batch_size)
+    options = shard_options or jaxload.grain_shard_options(layout, global_batch_size)
+    sampler = grain.samplers.IndexSampler(num_records=num_elements, shard_options=options,
+                                          shuffle=True, num_epochs=1, seed=7)
+    return grain.DataLoader(data_source=list(range(num_elements)), sampler=sampler,
+                            operations=[ToElement(),
+                                        grain.transforms.Batch(plan.local_batch_size, True)],
+                            worker_count=worker_count)

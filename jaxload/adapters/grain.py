@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxload.adapters.stack import stack_elements
-from jaxload.layouts import Layout
+from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_period, check_prefetch
 from jaxload.remainder import DROP, check_remainder
 
@@ -31,7 +31,10 @@ def from_grain(
 
     Args:
       ds: an unbatched ``grain.MapDataset``, or a ``grain.IterDataset`` with ``shard=False``.
-        Elements are numpy arrays/scalars or dicts, tuples and nested structures of them.
+        Elements are numpy arrays/scalars or dicts, tuples and nested structures of them. Or a
+        ``grain.DataLoader`` (any ``worker_count``) that shards and batches itself: jaxload
+        then checks that its sampler shards by this process's loading group (use
+        :func:`grain_shard_options`) and that it batches ``plan.local_batch_size`` rows.
       layout: where the batches go (``jaxload.data_parallel()``, ...).
       global_batch_size: rows per step over all devices.
       shard: ``False`` if ``ds`` already holds only this loading group's elements; jaxload then
@@ -75,9 +78,14 @@ def from_grain(
                 f"(source[{plan.shard_index}::{plan.shard_count}] for this process, from "
                 "layout.plan(global_batch_size)) before .to_iter_dataset(), and pass shard=False."
             )
+    elif isinstance(ds, grain.DataLoader):
+        if shard:
+            check_data_loader(ds, plan)
+        return Loader(_data_loader_batches(ds), layout, plan, backend="grain.DataLoader",
+                      remainder=remainder, checks=checks, prefetch=prefetch, timeout_s=timeout_s)
     else:
         raise TypeError(
-            "from_grain expects a grain.MapDataset or grain.IterDataset, got "
+            "from_grain expects a grain.MapDataset, grain.IterDataset or grain.DataLoader, got "
             f"{type(ds).__name__}"
         )
     if not batched:
@@ -94,3 +102,60 @@ def from_grain(
 
     return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+
+
+def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainder: bool = True):
+    """The ``grain.sharding.ShardOptions`` of this process's loading group, for a Grain sampler.
+
+    Use it instead of ``ShardByJaxProcess``, which shards by process and gives replicas that span
+    processes different data.
+
+    Example:
+      >>> sampler = grain.samplers.IndexSampler(
+      ...     num_records=len(source), num_epochs=1, shuffle=True, seed=0,
+      ...     shard_options=jaxload.grain_shard_options(layout, global_batch_size=256))
+    """
+    import grain
+
+    plan = layout.plan(global_batch_size)
+    return grain.sharding.ShardOptions(shard_index=plan.shard_index, shard_count=plan.shard_count,
+                                       drop_remainder=drop_remainder)
+
+
+def check_data_loader(loader: Any, plan: Plan) -> None:
+    """A ``grain.DataLoader`` must shard by this process's loading group and batch
+    ``plan.local_batch_size`` rows; a ValueError names both values otherwise."""
+    import grain
+
+    options = getattr(loader, "_shard_options", None) or loader._sampler._shard_options
+    if (options.shard_index, options.shard_count) != (plan.shard_index, plan.shard_count):
+        raise ValueError(
+            f"the grain.DataLoader shards by shard_index={options.shard_index}, shard_count="
+            f"{options.shard_count} ({type(options).__name__}), but this process's loading group "
+            f"is shard_index={plan.shard_index} of shard_count={plan.shard_count}. Processes "
+            "whose devices need the same rows must read the same shard (ShardByJaxProcess is "
+            "wrong once a model replica spans processes); pass "
+            "shard_options=jaxload.grain_shard_options(layout, global_batch_size) to the sampler."
+        )
+    batches = [op for op in loader._operations if isinstance(op, grain.transforms.Batch)]
+    if not batches or batches[-1].batch_size != plan.local_batch_size:
+        found = f"batch_size={batches[-1].batch_size}" if batches else "no Batch operation"
+        raise ValueError(
+            f"the grain.DataLoader batches with {found}, but each process must load "
+            f"local_batch_size={plan.local_batch_size} rows per step (global_batch_size="
+            f"{plan.global_batch_size} over {plan.shard_count} loading groups); end its "
+            f"operations with grain.transforms.Batch({plan.local_batch_size}, drop_remainder=True)."
+        )
+
+
+def _data_loader_batches(loader: Any):
+    """Batches of a grain.DataLoader with its iterator state (JSON text) after each one."""
+
+    def local_batches(position: str | None):
+        iterator = iter(loader)
+        if position is not None:
+            iterator.set_state(position.encode())
+        for batch in iterator:
+            yield batch, iterator.get_state().decode()
+
+    return local_batches
