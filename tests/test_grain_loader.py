@@ -85,3 +85,36 @@ def test_grain_shard_options_follow_the_plan():
     layout = jaxload.model_replicas_across_processes(2, devices=jaxload.simulated_devices(4, 2))
     options = jaxload.grain_shard_options(layout, 16)
     assert (options.shard_index, options.shard_count, options.drop_remainder) == (0, 2, True)
+
+
+def mp_prefetch_resume():
+    import grain
+    from absl import flags
+
+    from placement import element, make_layout
+
+    flags.FLAGS.mark_as_parsed()
+    layout = make_layout("data_parallel")
+    plan = layout.plan(16)
+
+    def pipeline():
+        source = grain.MapDataset.range(320)[plan.shard_index::plan.shard_count]
+        return source.to_iter_dataset().map(element).mp_prefetch(
+            grain.MultiprocessingOptions(num_workers=2))
+
+    loader = jaxload.from_grain(pipeline(), layout, global_batch_size=16, shard=False)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = json.loads(json.dumps(loader.get_state()))
+    expected = [ids_of(next(it)) for _ in range(2)]
+    fresh = jaxload.from_grain(pipeline(), layout, global_batch_size=16, shard=False)
+    fresh.set_state(state)
+    it = iter(fresh)
+    return [ids_of(next(it)) for _ in range(2)], expected
+
+
+def test_iter_dataset_with_mp_prefetch_workers_resumes():
+    for got, expected in jaxload.testing.run(mp_prefetch_resume, num_processes=2,
+                                             local_devices=4, timeout_s=300):
+        assert got == expected
