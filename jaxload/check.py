@@ -64,9 +64,9 @@ def _exchange(kind: str, payload: Any, timeout_s: float) -> dict[int, Any]:
     return {p: json.loads(v) for p, v in agreement.exchange(0, json.dumps(payload)).items()}
 
 
-def _records(tree: PyTree) -> list[list]:
+def _records(tree: PyTree, constant_flags: bool) -> list[list]:
     """Per addressable shard: leaf name, rows start and stop, full index, device id, fingerprint,
-    and whether it holds a single repeated value."""
+    and (only if ``constant_flags``, for ``distinct``) whether it holds a single repeated value."""
     out = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         if not isinstance(leaf, jax.Array):
@@ -74,7 +74,7 @@ def _records(tree: PyTree) -> list[list]:
         for shard in leaf.addressable_shards:
             index = [s.indices(n)[:2] for s, n in zip(shard.index, leaf.shape, strict=True)]
             data = np.asarray(shard.data)
-            constant = bool(data.size == 0 or (data == data.flat[0]).all())
+            constant = constant_flags and bool(data.size == 0 or (data == data.flat[0]).all())
             out.append([leaf_name(path), *(index[0] if index else (0, 1)), json.dumps(index),
                         shard.device.id, fingerprint(data), constant])
     return out
@@ -82,7 +82,7 @@ def _records(tree: PyTree) -> list[list]:
 
 def _gathered(tree: PyTree, kind: str, timeout_s: float) -> list[tuple[int, list]]:
     """Every process's shard records, as ``(process, record)``, in one exchange."""
-    seen = _exchange(kind, _records(tree), timeout_s)
+    seen = _exchange(kind, _records(tree, constant_flags=kind != "replication"), timeout_s)
     return [(p, r) for p in sorted(seen) for r in seen[p]]
 
 

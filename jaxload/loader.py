@@ -247,6 +247,13 @@ class Loader:
         return signature, [a for _, a in named]
 
 
+def check_options(remainder: str, checks: str | int, prefetch: int) -> None:
+    """The loader options of both adapters, validated before any pipeline is built."""
+    check_remainder(remainder)
+    check_period(checks)
+    check_prefetch(prefetch)
+
+
 def check_prefetch(prefetch: int) -> int:
     if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
         raise ValueError(f"prefetch={prefetch!r} must be an int >= 0 (batches assembled ahead; 0 "

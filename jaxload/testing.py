@@ -104,9 +104,7 @@ def launch(
     process's exit code is returned (124 on timeout, 128 + N for a signal N).
     """
     out = out or sys.stdout
-    for name, value in (("num_processes", num_processes), ("local_devices", local_devices)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    _check_cluster(num_processes, local_devices)
     port = free_port()
     procs = [subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, text=True, errors="replace",
@@ -141,9 +139,7 @@ def launch(
 def _launch(command: Callable[[int], list[str]], num_processes: int, local_devices: int,
             timeout_s: float, fail_fast: bool = True,
             heartbeat_timeout_s: int | None = None) -> list[str]:
-    for name, value in (("num_processes", num_processes), ("local_devices", local_devices)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    _check_cluster(num_processes, local_devices)
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="jaxload-logs-") as tmp:
         log_paths = [Path(tmp, f"process{rank}.log") for rank in range(num_processes)]
@@ -159,6 +155,12 @@ def _launch(command: Callable[[int], list[str]], num_processes: int, local_devic
     if failure:
         raise ProcessesFailed(_describe(failure[0], procs, logs), [p.returncode for p in procs], logs)
     return logs
+
+
+def _check_cluster(num_processes: int, local_devices: int) -> None:
+    for name, value in (("num_processes", num_processes), ("local_devices", local_devices)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def _wait(procs: list[subprocess.Popen], timeout_s: float,

@@ -6,8 +6,8 @@ from typing import Any
 
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
-from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_period, check_prefetch
-from jaxload.remainder import DROP, check_remainder
+from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options
+from jaxload.remainder import DROP
 
 
 def from_grain(
@@ -62,9 +62,7 @@ def from_grain(
     """
     import grain
 
-    check_remainder(remainder)
-    check_period(checks)
-    check_prefetch(prefetch)
+    check_options(remainder, checks, prefetch)
     plan = layout.plan(global_batch_size)
     if isinstance(ds, grain.MapDataset):
         if shard:

@@ -9,8 +9,8 @@ import jax
 
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
-from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_period, check_prefetch
-from jaxload.remainder import DROP, check_remainder
+from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options
+from jaxload.remainder import DROP
 
 
 def from_tf_data(
@@ -65,9 +65,7 @@ def from_tf_data(
 
     if not isinstance(ds, tf.data.Dataset):
         raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
-    check_remainder(remainder)
-    check_period(checks)
-    check_prefetch(prefetch)
+    check_options(remainder, checks, prefetch)
     plan = layout.plan(global_batch_size)
     _check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
     if shard:
