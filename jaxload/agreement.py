@@ -10,6 +10,7 @@ behind a training step on the accelerators, and every wait is bounded by ``timeo
 from __future__ import annotations
 
 import itertools
+import uuid
 
 import jax
 
@@ -25,6 +26,21 @@ class PeerTimeoutError(RuntimeError):
 def next_loader_id() -> int:
     """Loaders are numbered in creation order, which must be the same on every process."""
     return next(_loader_ids)
+
+
+def shared_token(name: str, timeout_s: float) -> str:
+    """A random token that process 0 draws and every process reads: the same on all processes
+    of this run, different in the next run (e.g. to name a tf.data service job)."""
+    if jax.process_count() == 1:
+        return uuid.uuid4().hex[:12]
+    client, key = _client(), f"jaxload/token/{name}"
+    if jax.process_index() == 0:
+        client.key_value_set(key, uuid.uuid4().hex[:12])
+    try:
+        return client.blocking_key_value_get(key, max(1, int(timeout_s * 1000)))
+    except Exception as e:
+        raise PeerTimeoutError(f"process {jax.process_index()} waited {timeout_s:g} s for "
+                               f"process 0 to publish {key!r}: {e}") from e
 
 
 def _client():

@@ -192,6 +192,38 @@ class Layout:
         return by_index[process_index]
 
 
+    def load_once_plan(self, global_batch_size: int, *, process_index: int | None = None) -> Plan:
+        """The plan for loading each row once (the guide's Option 4), then resharding on device.
+
+        With model replicas across processes, every process of a loading group loads the same
+        rows. Instead, each process can load its own ``1/num_processes`` of the global batch (a
+        plan in which every process is its own loading group, on the same devices) and the
+        loader reaches :attr:`sharding` with one jitted reshard per step, which copies rows
+        between the processes of each group over the devices' interconnect. Where every process
+        is its own loading group already, this is just :meth:`plan`.
+
+        Example:
+          >>> layout = model_replicas_across_processes(2, devices=simulated_devices(4, 2))
+          >>> layout.plan(16).shard_count, layout.load_once_plan(16).shard_count
+          (2, 4)
+        """
+        plan = self.plan(global_batch_size, process_index=process_index)
+        processes = self.process_count
+        if plan.shard_count == processes:
+            return plan
+        if not isinstance(global_batch_size, int) or global_batch_size % processes:
+            raise ValueError(
+                f"global_batch_size={global_batch_size!r} must be a multiple of the "
+                f"{processes} processes to load each row once (load_once=True); e.g. "
+                f"{max(global_batch_size // processes, 1) * processes}"
+            )
+        per_process = _by_process(_devices(list(self.mesh.devices.flat)))
+        mesh = Mesh(np.array(per_process), ("process", "local"))
+        # rows over every device where they divide evenly: fewer host-to-device bytes per step
+        axes = ("process", "local") if global_batch_size % mesh.devices.size == 0 else "process"
+        return Layout(mesh, axes).plan(global_batch_size, process_index=process_index)
+
+
 def _devices(devices: Sequence[Device] | None) -> list[Device]:
     devices = list(jax.devices() if devices is None else devices)
     if not devices:

@@ -77,9 +77,11 @@ class Loader:
         checks: str | int = "first",
         prefetch: int = 2,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        not_resumable: str | None = None,
     ):
         """``local_batches(position)`` starts a pass at a backend position (None: the start) and
-        yields this process's numpy batches, each with the backend position after it (JSON)."""
+        yields this process's numpy batches, each with the backend position after it (JSON).
+        ``not_resumable``: why ``set_state`` cannot work with this backend, if it cannot."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self.prefetch = check_prefetch(prefetch)
@@ -88,8 +90,14 @@ class Loader:
         self.plan = plan
         self.remainder = check_remainder(remainder)
         self._local_batches = local_batches
+        # plan.sharding differs from the layout's with load_once: every process loaded its own
+        # rows, and a reshard on device (device_put of global arrays: no host data involved)
+        # moves them where the layout wants them
+        self._reshard = (None if plan.sharding == layout.sharding
+                         else lambda batch: jax.device_put(batch, layout.sharding))
         self._backend = backend
         self._timeout_s = timeout_s
+        self._not_resumable = not_resumable
         self._id = agreement.next_loader_id()
         self._passes = 0
         self._position = _START  # where the current (or next) pass stands: step, backend position
@@ -148,6 +156,9 @@ class Loader:
         """
         if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
             raise ValueError(f"not a jaxload loader state (format {_STATE_FORMAT!r}): {state!r:.200}")
+        if self._not_resumable:
+            raise ValueError(f"a {self._backend} loader cannot resume from a state: "
+                             f"{self._not_resumable}")
         mine = self.get_state()
         for key in ("backend", "remainder"):
             if state[key] != mine[key]:
@@ -217,6 +228,8 @@ class Loader:
                     local = pad_rows(local, self.plan.local_batch_size)
                     leaves = jax.tree_util.tree_leaves(local)
                 batch = build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
+                if self._reshard is not None:
+                    batch = self._reshard(batch)
                 if self._check_period and (step == first_step or step % self._check_period == 0):
                     if step == first_step:
                         check.plan(self.layout, self.plan.global_batch_size,
@@ -245,6 +258,16 @@ class Loader:
         named = check_local_batch(local, self.plan, partial=self.remainder == PAD)
         signature = ";".join(f"{n}:{a.dtype}{list(a.shape[1:])}" for n, a in named)
         return signature, [a for _, a in named]
+
+
+def loading_plan(layout: Layout, global_batch_size: int, load_once: bool) -> Plan:
+    """What this process loads: its loading group's rows, or with ``load_once`` its own
+    ``1/num_processes`` of them (:meth:`~jaxload.Layout.load_once_plan`)."""
+    if not isinstance(load_once, bool):
+        raise TypeError(f"load_once must be True or False, got {load_once!r}")
+    if load_once:
+        return layout.load_once_plan(global_batch_size)
+    return layout.plan(global_batch_size)
 
 
 def check_options(remainder: str, checks: str | int, prefetch: int) -> None:

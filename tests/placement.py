@@ -80,23 +80,30 @@ def record_epoch(backend: str, layout_name: str, num_elements: int, global_batch
     """Worker side: one epoch of a loader, recorded step by step.
 
     ``shard_by="process_index"`` reproduces the common bug of sharding the pipeline by process
-    instead of by loading group (``shard=False`` on ``ids[process_index::process_count]``).
+    instead of by loading group (``shard=False`` on ``ids[process_index::process_count]``);
+    ``shard_by="load_once"`` loads each row on one process and reshards on device.
     """
     import jax
 
     layout = make_layout(layout_name)
-    if shard_by == "plan":
+    if shard_by in ("plan", "load_once"):
         loader = make_loader(backend, layout, range(num_elements),
-                             global_batch_size=global_batch_size)
+                             global_batch_size=global_batch_size, load_once=shard_by == "load_once")
     else:
         ids = range(num_elements)[jax.process_index()::jax.process_count()]
         loader = make_loader(backend, layout, ids, global_batch_size=global_batch_size,
                              shard=False, checks="never")  # seen from outside, not by jaxload
-    steps = [record(batch) for batch in loader]
-    p = loader.plan
+    return record_loader(loader, [record(batch) for batch in loader])
+
+
+def record_loader(loader, steps: list[dict]) -> dict:
+    """What a process loads (``loader.plan``) and where the layout puts rows (its own plan)."""
+    import jax
+
+    p, placed = loader.plan, loader.layout.plan(loader.plan.global_batch_size)
     return dict(process_index=jax.process_index(), shard_index=p.shard_index,
                 shard_count=p.shard_count, local_batch_size=p.local_batch_size,
-                global_rows=p.global_rows, device_rows=p.device_rows, steps=steps)
+                global_rows=placed.global_rows, device_rows=placed.device_rows, steps=steps)
 
 
 def global_rows(step: dict, leaf: str, results: list[dict]) -> dict[int, np.ndarray]:
@@ -116,19 +123,15 @@ def global_rows(step: dict, leaf: str, results: list[dict]) -> dict[int, np.ndar
     return rows
 
 
-def verify_epoch(results: list[dict], num_elements: int, global_batch_size: int) -> list[set[int]]:
-    """Parent side: placement, replication, no duplicates, every full-batch element delivered.
+def verify_steps(results: list[dict], global_batch_size: int) -> tuple[list[int], list[set[int]]]:
+    """Parent side, every step: each device holds the rows the layout gives it, replicas agree,
+    every row's features match its id, no id twice in a step. Rows whose ``mask`` is False
+    (padding) are left out.
 
-    Returns the ids each process loaded.
+    Returns the ids of all steps in order, and the ids each process holds.
     """
     num_steps = {len(r["steps"]) for r in results}
     assert len(num_steps) == 1, f"processes ran different numbers of steps: {num_steps}"
-    shard_count = results[0]["shard_count"]
-    local = results[0]["local_batch_size"]
-    groups = [list(range(num_elements))[g::shard_count] for g in range(shard_count)]
-    expected_steps = min(len(g) // local for g in groups)
-    expected_ids = {i for g in groups for i in g[: expected_steps * local]}
-
     seen: list[int] = []
     loaded = [set() for _ in results]
     for step in range(min(num_steps)):
@@ -138,6 +141,9 @@ def verify_epoch(results: list[dict], num_elements: int, global_batch_size: int)
             assert placed == set(r["device_rows"]), (placed, r["device_rows"])
         ids = global_rows(step, "['id']", results)
         assert sorted(ids) == list(range(global_batch_size))
+        if "['mask']" in results[0]["steps"][step]:
+            mask = global_rows(step, "['mask']", results)
+            ids = {row: i for row, i in ids.items() if mask[row]}
         for leaf in ("['x']", "['pair'][0]", "['pair'][1]", "['img']"):
             rows = global_rows(step, leaf, results)
             for row, i in ids.items():
@@ -148,9 +154,25 @@ def verify_epoch(results: list[dict], num_elements: int, global_batch_size: int)
         assert len(set(step_ids)) == len(step_ids), f"step {step} repeats ids"
         seen += step_ids
         for r, mine in zip(results, loaded, strict=True):
-            mine.update(int(d[-1][k]) for d in r["steps"][step]["['id']"]["shards"]
-                        for k in range(len(d[-1])))
-    assert num_steps == {expected_steps}
+            shards = r["steps"][step]["['id']"]["shards"]
+            masks = r["steps"][step].get("['mask']", {"shards": [None] * len(shards)})["shards"]
+            for shard, mask in zip(shards, masks, strict=True):
+                mine.update(int(i) for k, i in enumerate(shard[-1]) if mask is None or mask[-1][k])
+    return seen, loaded
+
+
+def verify_epoch(results: list[dict], num_elements: int, global_batch_size: int) -> list[set[int]]:
+    """Parent side: placement, replication, no duplicates, every full-batch element delivered.
+
+    Returns the ids each process loaded.
+    """
+    shard_count = results[0]["shard_count"]
+    local = results[0]["local_batch_size"]
+    groups = [list(range(num_elements))[g::shard_count] for g in range(shard_count)]
+    expected_steps = min(len(g) // local for g in groups)
+    expected_ids = {i for g in groups for i in g[: expected_steps * local]}
+    seen, loaded = verify_steps(results, global_batch_size)
+    assert len(results[0]["steps"]) == expected_steps
     assert len(seen) == len(set(seen)), "an element appears in two steps"
     assert set(seen) == expected_ids
     return loaded

@@ -25,6 +25,8 @@ SCENARIOS = {
         ("grain", "across_processes", 100, 8),
         ("grain", "data_parallel", 100, 16),
         ("grain", "across_processes", 96, 16, "process_index"),  # the bug the checks must catch
+        ("tf", "across_processes", 95, 16, "load_once"),  # each row loaded once, resharded
+        ("grain", "across_processes", 100, 8, "load_once"),
     ],
     (1, 8): [
         ("tf", "data_parallel", 50, 16),
@@ -72,7 +74,11 @@ def test_epoch_placement(topology_results, topology, index):
             verify_epoch(results, num_elements, global_batch_size)
         return
     loaded = verify_epoch(results, num_elements, global_batch_size)
-    if layout == "across_processes":  # the guide's example: 0 and 2 load the same, 1 and 3
+    if shard_by == ["load_once"]:  # each process read its own quarter; the reshard paired them
+        assert [r["shard_index"] for r in results] == [0, 1, 2, 3]
+        assert loaded[0] == loaded[2] and loaded[1] == loaded[3]
+        assert not loaded[0] & loaded[1]
+    elif layout == "across_processes":  # the guide's example: 0 and 2 load the same, 1 and 3
         assert [r["shard_index"] for r in results] == [0, 1, 0, 1]
         assert loaded[0] == loaded[2] and loaded[1] == loaded[3]
         assert not loaded[0] & loaded[1]

@@ -6,7 +6,7 @@ from typing import Any
 
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
-from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options
+from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
 from jaxload.remainder import DROP
 
 
@@ -21,6 +21,7 @@ def from_grain(
     checks: str | int = "first",
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    load_once: bool = False,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched Grain dataset.
 
@@ -53,6 +54,10 @@ def from_grain(
       prefetch: global batches assembled ahead on a background thread while the training step
         runs (default 2; 0 turns it off).
       timeout_s: how long a process waits for the others at each step before raising.
+      load_once: ``True`` to load each row on one process only and reach the layout's
+        sharding with a jitted reshard on device (the guide's Option 4); matters only where a
+        model replica spans processes, whose loading groups would otherwise each read their
+        rows on every member. See :meth:`jaxload.Layout.load_once_plan` and the README.
 
     Example:
       >>> ds = grain.MapDataset.range(1024).map(lambda i: {"x": np.float32(i)})
@@ -63,7 +68,7 @@ def from_grain(
     import grain
 
     check_options(remainder, checks, prefetch)
-    plan = layout.plan(global_batch_size)
+    plan = loading_plan(layout, global_batch_size, load_once)
     if isinstance(ds, grain.MapDataset):
         if shard:
             ds = ds[plan.shard_index :: plan.shard_count]
@@ -102,11 +107,12 @@ def from_grain(
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s)
 
 
-def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainder: bool = True):
+def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainder: bool = True,
+                        load_once: bool = False):
     """The ``grain.sharding.ShardOptions`` of this process's loading group, for a Grain sampler.
 
     Use it instead of ``ShardByJaxProcess``, which shards by process and gives replicas that span
-    processes different data.
+    processes different data. Pass the same ``load_once`` as to :func:`from_grain`.
 
     Example:
       >>> sampler = grain.samplers.IndexSampler(
@@ -115,7 +121,7 @@ def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainde
     """
     import grain
 
-    plan = layout.plan(global_batch_size)
+    plan = loading_plan(layout, global_batch_size, load_once)
     return grain.sharding.ShardOptions(shard_index=plan.shard_index, shard_count=plan.shard_count,
                                        drop_remainder=drop_remainder)
 

@@ -7,10 +7,13 @@ from typing import Any
 
 import jax
 
+from jaxload import agreement
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
-from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options
+from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
 from jaxload.remainder import DROP
+
+_service_loaders = itertools.count()  # created in the same order on every process
 
 
 def from_tf_data(
@@ -24,6 +27,8 @@ def from_tf_data(
     checks: str | int = "first",
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    load_once: bool = False,
+    service: str | None = None,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched ``tf.data.Dataset``.
 
@@ -54,6 +59,18 @@ def from_tf_data(
       prefetch: global batches assembled ahead on a background thread while the training step
         runs (default 2; 0 turns it off).
       timeout_s: how long a process waits for the others at each step before raising.
+      load_once: ``True`` to load each row on one process only and reach the layout's
+        sharding with a jitted reshard on device (the guide's Option 4); matters only where a
+        model replica spans processes, whose loading groups would otherwise each read their
+        rows on every member. See :meth:`jaxload.Layout.load_once_plan` and the README.
+      service: the address of a tf.data service dispatcher (``"grpc://host:port"``) to run the
+        pipeline and its batching on the service's workers instead of this host's CPUs. All
+        processes read one shared job per pass (``distributed_epoch``: the service hands each
+        element to exactly one process), so each process loads its own rows as with
+        ``load_once=True`` and the layout's replicas are filled by the reshard on device:
+        processes of one loading group hold identical rows, different groups disjoint ones.
+        The service's order is not deterministic, so such a loader cannot ``set_state``; with
+        ``remainder="drop"`` each worker also drops its last incomplete batch of an epoch.
 
     Example:
       >>> ds = tf.data.Dataset.range(1024).map(lambda i: {"x": tf.cast(i, tf.float32)})
@@ -66,8 +83,15 @@ def from_tf_data(
     if not isinstance(ds, tf.data.Dataset):
         raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
     check_options(remainder, checks, prefetch)
-    plan = layout.plan(global_batch_size)
+    plan = loading_plan(layout, global_batch_size, load_once or service is not None)
+    if service is not None:
+        _check_service_options(service, shard, batched)
     _check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
+    if service is not None:
+        return Loader(_service_batches(ds, service, plan.local_batch_size, remainder, timeout_s),
+                      layout, plan, backend="tf.data service", remainder=remainder, checks=checks,
+                      prefetch=prefetch, timeout_s=timeout_s,
+                      not_resumable="the tf.data service hands out elements in no fixed order")
     if shard:
         ds = ds.shard(plan.shard_count, plan.shard_index)
 
@@ -84,6 +108,41 @@ def from_tf_data(
 
     return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+
+
+def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s: float):
+    """Per-process batches from a tf.data service job that all processes share, one per pass.
+
+    The job name must be the same on every process and new for every pass (a finished job of
+    the same name would yield nothing), and new for every run against a long-lived dispatcher.
+    """
+    import tensorflow as tf
+
+    run = agreement.shared_token(f"tfdata-service/{next(_service_loaders)}", timeout_s)
+    passes = itertools.count()
+    # batching on the workers: one RPC per batch, not per element
+    batched = ds.batch(rows, drop_remainder=remainder == DROP)
+
+    def local_batches(position: None):
+        job = f"jaxload-{run}-{next(passes)}"
+        pipeline = batched.apply(tf.data.experimental.service.distribute(
+            processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
+            service=service, job_name=job))
+        return zip(pipeline.prefetch(tf.data.AUTOTUNE).as_numpy_iterator(), itertools.repeat(None))
+
+    return local_batches
+
+
+def _check_service_options(service: Any, shard: bool, batched: bool) -> None:
+    if not isinstance(service, str) or not service:
+        raise TypeError(f"service must be a dispatcher address like 'grpc://host:port', got "
+                        f"{service!r}")
+    if not shard:
+        raise ValueError("service= shares one job among all processes, which splits the data "
+                         "itself; pass the whole dataset with shard=True (the default)")
+    if batched:
+        raise ValueError("service= batches on the service's workers; pass the unbatched dataset "
+                         "(batched=False)")
 
 
 def _check_element_spec(element_spec: Any, batch_rows: int | None, remainder: str) -> None:
