@@ -90,3 +90,11 @@ def test_resume_example_continues_with_the_same_batches(tmp_path):
         assert f"[{p}] process {p}: saved loader state {{'next_index': 192}} at step 6" in out
     assert (tmp_path / "step_6" / "loader_1.json").exists()
 
+
+
+def test_tf_data_service_example():
+    out = run_example("tf_data_service.py")
+    assert "model_replicas_across_processes(2)   7 steps; process 0 holds 200 elements, process 1 " \
+           "holds 200, both 200; every element delivered once: True" in out
+    line = next(x for x in out.splitlines() if x.startswith("data_parallel()"))
+    assert "both   0; every element delivered once: True" in line

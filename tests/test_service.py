@@ -37,9 +37,8 @@ def service_dataset(num_elements: int):
 
 def read_through_service(target: str, scenarios) -> list[dict]:
     """Worker side: every scenario's passes, recorded; and what set_state says."""
-    from placement import make_layout, record, record_loader
-
     import jaxload
+    from placement import make_layout, record, record_loader
 
     out = []
     for layout_name, num_elements, global_batch_size, remainder, passes in scenarios:
@@ -90,8 +89,12 @@ def test_service_epoch(results, index):
         assert set(seen) <= set(range(num_elements))
         if remainder == "pad":  # nothing is dropped: every element exactly once
             assert sorted(seen) == list(range(num_elements))
+            # and the processes got about even shares, or the short one would pad many steps
+            steps = len(per_process[0]["steps"])
+            assert steps <= -(-num_elements // global_batch_size) + 2, steps
         else:  # whole steps only; what is dropped at the end depends on the service's order
             assert seen and len(seen) % global_batch_size == 0
+            print(f"{layout}: {len(seen)} of {num_elements} delivered")
         if layout == "across_processes":  # one loading group: both processes hold every row
             assert loaded[0] == loaded[1] == set(seen)
         else:  # two loading groups: disjoint rows

@@ -14,6 +14,10 @@ from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_pla
 from jaxload.remainder import DROP
 
 _service_loaders = itertools.count()  # created in the same order on every process
+# Batches a process requests from the service ahead of its reads. The service gives each batch
+# to whichever process asks first, so a process that read far ahead would take the others'
+# share; with few requests in flight the processes, which read in lockstep, get even shares.
+_SERVICE_REQUESTS = 2
 
 
 def from_tf_data(
@@ -127,8 +131,8 @@ def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s
         job = f"jaxload-{run}-{next(passes)}"
         pipeline = batched.apply(tf.data.experimental.service.distribute(
             processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
-            service=service, job_name=job))
-        return zip(pipeline.prefetch(tf.data.AUTOTUNE).as_numpy_iterator(), itertools.repeat(None))
+            service=service, job_name=job, max_outstanding_requests=_SERVICE_REQUESTS))
+        return zip(pipeline.as_numpy_iterator(), itertools.repeat(None))
 
     return local_batches
 
