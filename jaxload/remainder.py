@@ -23,6 +23,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxload.assemble import aligned_empty
+
 PyTree = Any
 
 DROP = "drop"
@@ -73,8 +75,9 @@ def pad_rows(local_batch: PyTree, rows: int) -> PyTree:
         a = np.asarray(a)
         if a.shape[0] == rows:
             return a
-        out = np.zeros((rows,) + a.shape[1:], a.dtype)
+        out = aligned_empty((rows,) + a.shape[1:], a.dtype)
         out[: a.shape[0]] = a
+        out[a.shape[0] :] = 0
         return out
 
     real = len(jax.tree_util.tree_leaves(local_batch)[0])

@@ -44,3 +44,29 @@ def test_scalar_leaf_is_refused(plan):
 def test_string_leaf_is_refused_before_device_work(plan):
     with pytest.raises(TypeError, match=r"batch\['name'\] has dtype <U1 \(first value np.str_\('a'\)\)"):
         jaxload.assemble({"x": np.zeros(8), "name": np.array(list("abcdefgh"))}, plan)
+
+
+def _aliases(host: np.ndarray, array: jax.Array) -> list[bool]:
+    """Per device: does its buffer lie inside the host array's memory (no copy was made)?"""
+    start, stop = host.ctypes.data, host.ctypes.data + host.nbytes
+    return [start <= s.data.unsafe_buffer_pointer() < stop for s in array.addressable_shards]
+
+
+def test_aligned_batches_reach_cpu_devices_without_a_copy():
+    from jaxload.adapters.stack import stack_elements
+    from jaxload.assemble import aligned_empty
+
+    plan = jaxload.data_parallel().plan(16)
+    host = aligned_empty((16, 1024), np.float32)
+    host[:] = np.arange(16)[:, None]
+    assert host.ctypes.data % 64 == 0
+    assert all(_aliases(host, jaxload.assemble({"x": host}, plan)["x"]))
+    # the Grain adapter stacks elements into such a buffer, so its batches are not copied again
+    stacked = stack_elements([{"x": np.full(1024, i, np.float32)} for i in range(16)])["x"]
+    assert all(_aliases(stacked, jaxload.assemble({"x": stacked}, plan)["x"]))
+    # a buffer off the 64-byte boundary is copied (the one host copy jaxload makes)
+    raw = np.empty(16 * 1024 * 4 + 64, np.uint8)
+    start = (-raw.ctypes.data % 64) + 16
+    unaligned = raw[start : start + 16 * 1024 * 4].view(np.float32).reshape(16, 1024)
+    unaligned[:] = host
+    assert not any(_aliases(unaligned, jaxload.assemble({"x": unaligned}, plan)["x"]))
