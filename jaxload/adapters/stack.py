@@ -27,9 +27,12 @@ def stack_elements(elements: Sequence[PyTree]) -> PyTree:
 
 
 def _stack(*xs: Any) -> np.ndarray:
+    try:
+        dtype = np.result_type(*xs)
+    except TypeError:  # str, bytes, objects: refused later, naming the feature
+        return np.stack(xs)
     # written straight into an aligned buffer: the only host copy on its way to CPU devices
-    out = aligned_empty((len(xs),) + np.shape(xs[0]), np.result_type(*xs))
-    return np.stack(xs, out=out)
+    return np.stack(xs, out=aligned_empty((len(xs),) + np.shape(xs[0]), dtype))
 
 
 def _features(element: PyTree) -> dict[str, tuple]:
