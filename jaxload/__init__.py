@@ -18,6 +18,7 @@ from jaxload.layouts import (
 )
 from jaxload.loader import Loader
 from jaxload.remainder import REMAINDER_MODES, unpad
+from jaxload.stats import Stats, StatsSummary
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,8 @@ __all__ = (
     "REMAINDER_MODES",
     "ReplicationError",
     "SimulatedDevice",
+    "Stats",
+    "StatsSummary",
     "assemble",
     "check",
     "data_parallel",

@@ -10,7 +10,9 @@ stops the others with its error. One exchange covers a window of up to 16 steps.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,6 +32,7 @@ from jaxload.remainder import (
     encode_template,
     pad_rows,
 )
+from jaxload.stats import Clock, Stats, StatsSummary, gather
 
 PyTree = Any
 
@@ -100,6 +103,9 @@ class Loader:
         self._not_resumable = not_resumable
         self._id = agreement.next_loader_id()
         self._passes = 0
+        self._summaries = 0  # stats(all_processes=True) calls, each one exchange
+        self._stats = Stats(jax.process_index())
+        self._clock = Clock(self._stats)  # the producer's parts; the loop's wait is timed apart
         self._position = _START  # where the current (or next) pass stands: step, backend position
         self._resume = _START  # where the next pass starts
 
@@ -115,16 +121,50 @@ class Loader:
         start, self._resume = self._resume, _START
         self._position = start
         produce = lambda: self._global_batches(start)  # noqa: E731
-        items = prefetched(produce, self.prefetch) if self.prefetch else produce()
-        return self._handed_out(items)
+        if not self.prefetch:
+            return self._handed_out(produce())
 
-    def _handed_out(self, items: Iterator[tuple[PyTree, dict]]) -> Iterator[PyTree]:
+        def count_ready(n: int) -> None:
+            self._stats.ready_sum += n
+
+        return self._handed_out(prefetched(produce, self.prefetch, on_request=count_ready))
+
+    def _handed_out(self, items: Iterator[tuple[PyTree, dict, int]]) -> Iterator[PyTree]:
         """The consumer side: records the position of each batch as it reaches the user, so
-        that ``get_state`` describes what was consumed, not what was prefetched."""
-        for batch, position in items:
-            self._position = position
+        that ``get_state`` describes what was consumed, not what was prefetched; and how long
+        the loop waited for it."""
+        stats, last = self._stats, time.perf_counter()
+        while True:
+            asked = time.perf_counter()
+            item = next(items, None)
+            if item is None:
+                break
+            batch, self._position, nbytes = item
+            now = time.perf_counter()
+            stats.steps += 1
+            stats.wait_s += now - asked
+            stats.elapsed_s += now - last
+            stats.nbytes += nbytes
+            last = now
             yield batch
         self._position = _START  # a finished pass: the next one starts from the beginning
+
+    def stats(self, *, all_processes: bool = False) -> Stats | StatsSummary:
+        """Where this loader's time went, since it was created (see :mod:`jaxload.stats`).
+
+        Returns this process's :class:`~jaxload.stats.Stats`, or with ``all_processes=True``
+        a :class:`~jaxload.stats.StatsSummary` of every process naming the slowest; that form
+        exchanges the numbers, so every process must call it at the same point.
+
+        Example:
+          >>> for batch in loader: ...
+          >>> print(loader.stats(all_processes=True))
+        """
+        mine = dataclasses.replace(self._stats)
+        if not all_processes:
+            return mine
+        self._summaries += 1
+        return gather(mine, f"{self._id}.stats.{self._summaries}", self._timeout_s)
 
     def get_state(self) -> dict:
         """The position after the last batch handed out, as a JSON-serializable dict.
@@ -172,7 +212,7 @@ class Loader:
                     "topology and global_batch_size.")
         self._resume = {"step": state["step"], "position": state["position"]}
 
-    def _global_batches(self, start: dict) -> Iterator[tuple[PyTree, dict]]:
+    def _global_batches(self, start: dict) -> Iterator[tuple[PyTree, dict, int]]:
         """One pass: agree on the next steps, assemble them, check them (the prefetch producer).
 
         Processes agree on a *window* of steps at a time: each reads up to ``window`` batches
@@ -190,15 +230,17 @@ class Loader:
         template, sent, first = None, None, None
         step, window, exhausted = start["step"], 1, False
         first_step = step
+        clock = self._clock
         for round_index in range(2**63):
             ahead: list[tuple[PyTree, list[np.ndarray], Any]] = []  # batch, leaves, position
             try:
                 while len(ahead) < window and not exhausted:
-                    local, after = next(local_batches, (None, None))
-                    if local is None:
-                        exhausted = True
-                        break
-                    signature, leaves = self._validated(local)
+                    with clock("backend"):
+                        local, after = next(local_batches, (None, None))
+                        if local is None:
+                            exhausted = True
+                            break
+                        signature, leaves = self._validated(local)
                     first = first or signature
                     if signature != first:
                         raise ValueError(_shape_change(first, signature, step + len(ahead)))
@@ -213,8 +255,9 @@ class Loader:
                 failed = {"error": f"{type(e).__name__}: {e}", "step": step + len(ahead)}
                 exchanges.exchange(round_index, json.dumps(failed))
                 raise
-            reports = {p: json.loads(r)
-                       for p, r in exchanges.exchange(round_index, json.dumps(report)).items()}
+            with clock("agree"):
+                reports = {p: json.loads(r)
+                           for p, r in exchanges.exchange(round_index, json.dumps(report)).items()}
             count, more = _agreed_steps(reports, step, window, pad)
             if pad:
                 template = next((r["template"] for r in reports.values() if "template" in r),
@@ -224,19 +267,22 @@ class Loader:
                     local, leaves, position = ahead[i]
                 else:  # this process's data has run out: padding
                     local, leaves = decode_template(template), None
-                if pad:
-                    local = pad_rows(local, self.plan.local_batch_size)
-                    leaves = jax.tree_util.tree_leaves(local)
-                batch = build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
-                if self._reshard is not None:
-                    batch = self._reshard(batch)
+                with clock("assemble"):
+                    if pad:
+                        local = pad_rows(local, self.plan.local_batch_size)
+                        leaves = jax.tree_util.tree_leaves(local)
+                    batch = build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
+                    if self._reshard is not None:
+                        batch = self._reshard(batch)
                 if self._check_period and (step == first_step or step % self._check_period == 0):
-                    if step == first_step:
-                        check.plan(self.layout, self.plan.global_batch_size,
-                                   timeout_s=self._timeout_s)
-                    check.batch(batch, timeout_s=self._timeout_s)
+                    with clock("check"):
+                        if step == first_step:
+                            check.plan(self.layout, self.plan.global_batch_size,
+                                       timeout_s=self._timeout_s)
+                        check.batch(batch, timeout_s=self._timeout_s)
+                nbytes = sum(leaf.nbytes for leaf in leaves)
                 try:
-                    yield batch, {"step": step + 1, "position": position}
+                    yield batch, {"step": step + 1, "position": position}, nbytes
                 except GeneratorExit:
                     # Stopped early (break, or interpreter exit): the other processes expect
                     # this one at the next exchange; tell them this pass is over.

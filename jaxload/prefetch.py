@@ -40,8 +40,11 @@ def _stop_producers() -> None:
         thread.join(timeout=_JOIN_AT_EXIT_S)
 
 
-def prefetched(produce: Callable[[], Iterator[T]], depth: int) -> Iterator[T]:
+def prefetched(produce: Callable[[], Iterator[T]], depth: int,
+               on_request: Callable[[int], None] | None = None) -> Iterator[T]:
     """Yields what ``produce()`` yields, keeping up to ``depth`` items ready ahead.
+
+    ``on_request(n)`` is told, each time the consumer asks for an item, how many were ready.
 
     Example:
       >>> list(prefetched(lambda: iter(range(3)), depth=2))
@@ -84,6 +87,8 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int) -> Iterator[T]:
     thread.start()
     try:
         while True:
+            if on_request is not None:
+                on_request(ready.qsize())
             item = ready.get()
             if item is _END:
                 return

@@ -1,0 +1,141 @@
+"""Where a loader's time goes: per process, and over all processes with the slowest named.
+
+The training loop's view is ``wait``: how long ``next(loader)`` blocked. With prefetching it is
+near zero while the loader keeps up; when it is not, ``backend`` (reading the pipeline),
+``agree`` (the step agreement, which includes waiting for slower processes), ``assemble``
+(building the global arrays) and ``check`` say why, and :meth:`StatsSummary.slowest` which
+process the others are waiting for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+from jaxload import agreement
+
+_PARTS = ("wait", "backend", "agree", "assemble", "check")
+
+
+@dataclasses.dataclass
+class Stats:
+    """Totals of one process's loader since it was created (all passes).
+
+    Attributes:
+      process_index: the process these are from.
+      steps: batches handed to the training loop.
+      wait_s: time ``next(loader)`` blocked the loop.
+      backend_s: time reading per-process batches from the pipeline (and validating them).
+      agree_s: time in the step agreement, including waiting there for other processes.
+      assemble_s: time building global arrays (padding and resharding included).
+      check_s: time in the run-time placement checks.
+      nbytes: bytes of this process's batches handed out.
+      elapsed_s: the loop's time between its first request and its latest batch, per pass.
+      ready_sum: batches ready in the prefetch queue, summed over the loop's requests.
+
+    Example:
+      >>> for batch in loader: ...
+      >>> print(loader.stats())
+      process 0: 12 steps, wait 0.31 ms/step, backend 4.1, agree 0.2, assemble 0.9, check 0.5
+      ms/step; 1.9 batches ready on average; 412.5 MB/s
+    """
+
+    process_index: int
+    steps: int = 0
+    wait_s: float = 0.0
+    backend_s: float = 0.0
+    agree_s: float = 0.0
+    assemble_s: float = 0.0
+    check_s: float = 0.0
+    nbytes: int = 0
+    elapsed_s: float = 0.0
+    ready_sum: int = 0
+
+    def ms_per_step(self, part: str) -> float:
+        """Mean milliseconds per step of ``"wait"``, ``"backend"``, ``"agree"``, ``"assemble"``
+        or ``"check"``."""
+        if part not in _PARTS:
+            raise ValueError(f"part={part!r} must be one of {_PARTS}")
+        return 1000 * getattr(self, f"{part}_s") / max(self.steps, 1)
+
+    @property
+    def ready_mean(self) -> float:
+        """Prefetched batches ready, on average, when the loop asked for the next one."""
+        return self.ready_sum / max(self.steps, 1)
+
+    @property
+    def bytes_per_s(self) -> float:
+        """This process's batch bytes delivered per second of the loop's time."""
+        return self.nbytes / self.elapsed_s if self.elapsed_s else 0.0
+
+    def as_dict(self) -> dict:
+        """The totals plus the derived per-step means, JSON-serializable."""
+        return {**dataclasses.asdict(self), **{f"{p}_ms_per_step": self.ms_per_step(p) for p in _PARTS},
+                "ready_mean": self.ready_mean, "bytes_per_s": self.bytes_per_s}
+
+    def __str__(self) -> str:
+        ms = {p: self.ms_per_step(p) for p in _PARTS}
+        return (f"process {self.process_index}: {self.steps} steps, wait {ms['wait']:.2f} ms/step, "
+                f"backend {ms['backend']:.1f}, agree {ms['agree']:.1f}, assemble "
+                f"{ms['assemble']:.1f}, check {ms['check']:.1f} ms/step; {self.ready_mean:.1f} "
+                f"batches ready on average; {self.bytes_per_s / 1e6:.1f} MB/s")
+
+
+@dataclasses.dataclass(frozen=True)
+class StatsSummary:
+    """Every process's :class:`Stats`, from :meth:`jaxload.Loader.stats` with ``all_processes``.
+
+    Example:
+      >>> summary = loader.stats(all_processes=True)   # on every process
+      >>> summary.slowest, summary.per_process[summary.slowest].ms_per_step("backend")
+      (1, 9.8)
+    """
+
+    per_process: tuple[Stats, ...]
+
+    @property
+    def slowest(self) -> int:
+        """The process that spends the most time per step producing its batches (backend +
+        assemble): the one the others wait for in the step agreement."""
+        cost = {s.process_index: s.ms_per_step("backend") + s.ms_per_step("assemble")
+                for s in self.per_process}
+        return max(cost, key=cost.get)
+
+    def __str__(self) -> str:
+        head = (f"{'process':>7} {'steps':>6} " + " ".join(f"{p + ' ms':>11}" for p in _PARTS)
+                + f" {'ready':>6} {'MB/s':>8}")
+        rows = [f"{s.process_index:>7} {s.steps:>6} "
+                + " ".join(f"{s.ms_per_step(p):>11.2f}" for p in _PARTS)
+                + f" {s.ready_mean:>6.1f} {s.bytes_per_s / 1e6:>8.1f}" for s in self.per_process]
+        slow = self.per_process[self.slowest]
+        note = (f"slowest: process {self.slowest} ({slow.ms_per_step('backend'):.2f} ms/step in "
+                f"its pipeline, {slow.ms_per_step('assemble'):.2f} assembling)")
+        return "\n".join([head, *rows, note])
+
+
+def gather(stats: Stats, name: str, timeout_s: float) -> StatsSummary:
+    """Every process's ``stats`` (a collective: every process calls it at the same point)."""
+    reports = agreement.StepAgreement(name, timeout_s).exchange(
+        0, json.dumps(dataclasses.asdict(stats)))
+    return StatsSummary(tuple(Stats(**json.loads(reports[p])) for p in sorted(reports)))
+
+
+class Clock:
+    """Adds the time spent inside ``with clock("backend"):`` blocks to a Stats field."""
+
+    def __init__(self, stats: Stats):
+        self._stats = stats
+        self._part = ""
+        self._start = 0.0
+
+    def __call__(self, part: str) -> Clock:
+        self._part = f"{part}_s"
+        return self
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        setattr(self._stats, self._part,
+                getattr(self._stats, self._part) + time.perf_counter() - self._start)
