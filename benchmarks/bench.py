@@ -179,8 +179,49 @@ def measure(quick: bool) -> dict:
             jax.block_until_ready(jaxload.assemble(local, plan))
             assemble.append(time.perf_counter() - start)
         bandwidth[size_name] = (nbytes / statistics.median(copy), nbytes / statistics.median(assemble))
-    return {"table": table, "training": training, "bandwidth": bandwidth,
+    load_once = _load_once(quick, rounds) if jax.process_count() > 1 else {}
+    return {"table": table, "training": training, "bandwidth": bandwidth, "load_once": load_once,
             "process": jax.process_index()}
+
+
+def _costly(element):
+    """A pipeline step that costs CPU per element (stands in for decoding)."""
+    import tensorflow as tf
+
+    def decode(e):
+        x = tf.random.stateless_normal((96, 96), seed=[1, 2])
+        for _ in range(3):
+            x = tf.tanh(x @ x)
+        return {k: v + tf.reduce_mean(x) for k, v in e.items()}
+
+    return decode
+
+
+def _load_once(quick: bool, rounds: int) -> dict:
+    """Replicas across all processes (one loading group): every process loads every row, or
+    each loads its half and the batch is resharded on device (load_once=True)."""
+    import jax
+    import tensorflow as tf
+
+    import jaxload
+
+    layout = jaxload.model_replicas_across_processes(jax.process_count())
+    out = {}
+    for pipeline in ("cheap", "costly"):
+        for size_name in ("64 KiB", "3 MiB"):
+            element = _element(SIZES[size_name], 1)
+            warmup, steps = _steps(SIZES[size_name], quick)
+            num = GLOBAL_ROWS * (warmup + steps + 1)
+            for _ in range(rounds):
+                for once in (False, True):
+                    ds = tf.data.Dataset.from_tensors(element).repeat(num)
+                    if pipeline == "costly":
+                        ds = ds.map(_costly(element), num_parallel_calls=tf.data.AUTOTUNE)
+                    loader = jaxload.from_tf_data(ds, layout, global_batch_size=GLOBAL_ROWS,
+                                                  load_once=once)
+                    out.setdefault((pipeline, size_name, once), []).append(
+                        _time_steps(iter(loader), steps, warmup))
+    return out
 
 
 def _cell(values: list[float] | None) -> str:
@@ -235,6 +276,24 @@ def report(by_topology: dict[str, list[dict]], quick: bool, elapsed: float) -> s
         for size, (copy, assemble) in results[0]["bandwidth"].items():
             lines.append(f"| {topology} | {size} | {copy / 1e9:.2f} | {assemble / 1e9:.2f} | "
                          f"{assemble / copy:.2f} |")
+    multi = {t: r for t, r in by_topology.items() if r[0]["load_once"]}
+    if multi:
+        lines += ["", "## Load once and reshard (replicas across processes)", "",
+                  "One model replica spans all processes, so every process needs every row. "
+                  "Per-step time (ms, slowest process, jaxload p2) when each process loads every "
+                  "row, and with `load_once=True` (each loads its share; a jitted reshard on "
+                  "device completes the batch). `costly` adds a CPU-heavy map per element.", "",
+                  "| topology | pipeline | batch | every process loads all | load_once | ratio |",
+                  "|---|---|---|---|---|---|"]
+        for topology, results in multi.items():
+            keys = sorted({k[:2] for k in results[0]["load_once"]})
+            for pipeline, size in keys:
+                cells = [[max(v) for v in zip(*(r["load_once"][(pipeline, size, once)]
+                                                 for r in results), strict=True)]
+                         for once in (False, True)]
+                ratio = statistics.median(cells[1]) / statistics.median(cells[0])
+                lines.append(f"| {topology} | {pipeline} | {size} | {_cell(cells[0])} | "
+                             f"{_cell(cells[1])} | {ratio:.2f} |")
     lines += ["", "No accelerator on this machine: host-to-device transfer is not measured here."]
     return "\n".join(lines) + "\n"
 

@@ -95,7 +95,10 @@ class Loader:
         self._local_batches = local_batches
         # plan.sharding differs from the layout's with load_once: every process loaded its own
         # rows, and a reshard on device (device_put of global arrays: no host data involved)
-        # moves them where the layout wants them
+        # moves them where the layout wants them. It is a cross-process collective, so it runs
+        # on the loop's thread, in program order with the training step's collectives: issued
+        # from the prefetch thread, processes could launch collectives in different orders, or
+        # one could launch a reshard that another (stopped early) never joins.
         self._reshard = (None if plan.sharding == layout.sharding
                          else lambda batch: jax.device_put(batch, layout.sharding))
         self._backend = backend
@@ -129,18 +132,29 @@ class Loader:
 
         return self._handed_out(prefetched(produce, self.prefetch, on_request=count_ready))
 
-    def _handed_out(self, items: Iterator[tuple[PyTree, dict, int]]) -> Iterator[PyTree]:
-        """The consumer side: records the position of each batch as it reaches the user, so
-        that ``get_state`` describes what was consumed, not what was prefetched; and how long
-        the loop waited for it."""
+    def _handed_out(self, items: Iterator[tuple[PyTree, dict, int, str]]) -> Iterator[PyTree]:
+        """The consumer side (the loop's thread): reshards (``load_once``) and checks each batch
+        as it is handed out, records its position, so that ``get_state`` describes what was
+        consumed, not what was prefetched, and how long the loop waited for it."""
         stats, last = self._stats, time.perf_counter()
         while True:
             asked = time.perf_counter()
             item = next(items, None)
             if item is None:
                 break
-            batch, self._position, nbytes = item
+            batch, position, nbytes, checks = item
+            if self._reshard is not None:
+                start = time.perf_counter()
+                batch = self._reshard(batch)
+                stats.assemble_s += time.perf_counter() - start
+            if checks:
+                start = time.perf_counter()
+                if checks == "plan+batch":
+                    check.plan(self.layout, self.plan.global_batch_size, timeout_s=self._timeout_s)
+                check.batch(batch, timeout_s=self._timeout_s)
+                stats.check_s += time.perf_counter() - start
             now = time.perf_counter()
+            self._position = position
             stats.steps += 1
             stats.wait_s += now - asked
             stats.elapsed_s += now - last
@@ -212,7 +226,7 @@ class Loader:
                     "topology and global_batch_size.")
         self._resume = {"step": state["step"], "position": state["position"]}
 
-    def _global_batches(self, start: dict) -> Iterator[tuple[PyTree, dict, int]]:
+    def _global_batches(self, start: dict) -> Iterator[tuple[PyTree, dict, int, str]]:
         """One pass: agree on the next steps, assemble them, check them (the prefetch producer).
 
         Processes agree on a *window* of steps at a time: each reads up to ``window`` batches
@@ -272,17 +286,12 @@ class Loader:
                         local = pad_rows(local, self.plan.local_batch_size)
                         leaves = jax.tree_util.tree_leaves(local)
                     batch = build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
-                    if self._reshard is not None:
-                        batch = self._reshard(batch)
+                checks = ""
                 if self._check_period and (step == first_step or step % self._check_period == 0):
-                    with clock("check"):
-                        if step == first_step:
-                            check.plan(self.layout, self.plan.global_batch_size,
-                                       timeout_s=self._timeout_s)
-                        check.batch(batch, timeout_s=self._timeout_s)
+                    checks = "plan+batch" if step == first_step else "batch"
                 nbytes = sum(leaf.nbytes for leaf in leaves)
                 try:
-                    yield batch, {"step": step + 1, "position": position}, nbytes
+                    yield batch, {"step": step + 1, "position": position}, nbytes, checks
                 except GeneratorExit:
                     # Stopped early (break, or interpreter exit): the other processes expect
                     # this one at the next exchange; tell them this pass is over.

@@ -65,6 +65,18 @@ def scenarios():
     after_break = jaxload.from_grain(grain.MapDataset.range(64), layout, global_batch_size=8)
     out["after_break"] = _outcome(lambda: len(list(after_break)))
 
+    # the same with load_once, whose reshard is a cross-process collective: one launched ahead
+    # by a process whose peer has stopped would never complete
+    across = jaxload.model_replicas_across_processes(2)
+    loader = jaxload.from_grain(grain.MapDataset.range(8 * 1000).map(np.float32), across,
+                                global_batch_size=8, timeout_s=20, load_once=True)
+    for step, _ in enumerate(loader):
+        if step == 2:
+            break
+    after_break = jaxload.from_grain(grain.MapDataset.range(64).map(np.float32), across,
+                                     global_batch_size=8, load_once=True)
+    out["after_break_load_once"] = _outcome(lambda: len(list(after_break)))
+
     # process 1 never iterates this loader: process 0 must give up after timeout_s
     loader = jaxload.from_grain(grain.MapDataset.range(16), layout, global_batch_size=8,
                                 timeout_s=3)
@@ -88,6 +100,12 @@ def test_a_long_epoch_runs_every_step(outcomes):
 def test_breaking_early_on_every_process_leaves_nothing_waiting(outcomes):
     for o in outcomes:
         steps, elapsed = o["after_break"]
+        assert steps == 8 and elapsed < 10
+
+
+def test_breaking_early_with_load_once_leaves_no_collective_waiting(outcomes):
+    for o in outcomes:
+        steps, elapsed = o["after_break_load_once"]
         assert steps == 8 and elapsed < 10
 
 
