@@ -58,3 +58,7 @@ error = float(jnp.max(jnp.abs(w - w_true)))
 if jax.process_index() == 0:
     print(f"max |w - w_true| = {error:.4f}")
 assert losses[-1] < losses[0] and error < 0.05, (losses, error)
+
+summary = loader.stats(all_processes=True)  # every process calls it: it exchanges the numbers
+if jax.process_index() == 0:
+    print(summary)

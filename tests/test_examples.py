@@ -55,6 +55,7 @@ def test_training_loop_loss_goes_down():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[0] first step: loss" in done.stdout and "[0] epoch 2: loss" in done.stdout
     assert "[0] max |w - w_true| = 0.00" in done.stdout  # the script asserts the loss went down
+    assert "[0] slowest: process " in done.stdout  # loader.stats(all_processes=True)
 
 
 def launch_example(name: str, processes: int, devices: int, *args: str) -> str:
