@@ -115,7 +115,7 @@ def assemble(local_batch: PyTree, plan: Plan) -> PyTree:
 
 def build_global(treedef, leaves: list[np.ndarray], plan: Plan) -> PyTree:
     """``assemble`` for leaves already validated by :func:`check_local_batch`."""
-    if plan.shard_count == 1 and plan.sharding.is_fully_addressable:
+    if plan.sharding.is_fully_addressable:
         # One process holds the whole batch, so device_put is exact here, and one call for all
         # leaves costs about half of one make_array_from_process_local_data per leaf.
         return jax.tree_util.tree_unflatten(treedef, jax.device_put(leaves, plan.sharding))

@@ -32,7 +32,7 @@ from jaxload.remainder import (
     encode_template,
     pad_rows,
 )
-from jaxload.stats import Clock, Stats, StatsSummary, gather
+from jaxload.stats import Stats, StatsSummary, gather, timed
 
 PyTree = Any
 
@@ -108,7 +108,6 @@ class Loader:
         self._passes = 0
         self._summaries = 0  # stats(all_processes=True) calls, each one exchange
         self._stats = Stats(jax.process_index())
-        self._clock = Clock(self._stats)  # the producer's parts; the loop's wait is timed apart
         self._position = _START  # where the current (or next) pass stands: step, backend position
         self._resume = _START  # where the next pass starts
 
@@ -144,15 +143,14 @@ class Loader:
                 break
             batch, position, nbytes, checks = item
             if self._reshard is not None:
-                start = time.perf_counter()
-                batch = self._reshard(batch)
-                stats.assemble_s += time.perf_counter() - start
+                with timed(stats, "assemble"):
+                    batch = self._reshard(batch)
             if checks:
-                start = time.perf_counter()
-                if checks == "plan+batch":
-                    check.plan(self.layout, self.plan.global_batch_size, timeout_s=self._timeout_s)
-                check.batch(batch, timeout_s=self._timeout_s)
-                stats.check_s += time.perf_counter() - start
+                with timed(stats, "check"):
+                    if checks == "plan+batch":
+                        check.plan(self.layout, self.plan.global_batch_size,
+                                   timeout_s=self._timeout_s)
+                    check.batch(batch, timeout_s=self._timeout_s)
             now = time.perf_counter()
             self._position = position
             stats.steps += 1
@@ -244,12 +242,12 @@ class Loader:
         template, sent, first = None, None, None
         step, window, exhausted = start["step"], 1, False
         first_step = step
-        clock = self._clock
+        stats = self._stats
         for round_index in range(2**63):
             ahead: list[tuple[PyTree, list[np.ndarray], Any]] = []  # batch, leaves, position
             try:
                 while len(ahead) < window and not exhausted:
-                    with clock("backend"):
+                    with timed(stats, "backend"):
                         local, after = next(local_batches, (None, None))
                         if local is None:
                             exhausted = True
@@ -269,7 +267,7 @@ class Loader:
                 failed = {"error": f"{type(e).__name__}: {e}", "step": step + len(ahead)}
                 exchanges.exchange(round_index, json.dumps(failed))
                 raise
-            with clock("agree"):
+            with timed(stats, "agree"):
                 reports = {p: json.loads(r)
                            for p, r in exchanges.exchange(round_index, json.dumps(report)).items()}
             count, more = _agreed_steps(reports, step, window, pad)
@@ -281,7 +279,7 @@ class Loader:
                     local, leaves, position = ahead[i]
                 else:  # this process's data has run out: padding
                     local, leaves = decode_template(template), None
-                with clock("assemble"):
+                with timed(stats, "assemble"):
                     if pad:
                         local = pad_rows(local, self.plan.local_batch_size)
                         leaves = jax.tree_util.tree_leaves(local)

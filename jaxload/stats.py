@@ -9,13 +9,17 @@ process the others are waiting for.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import threading
 import time
+from collections.abc import Iterator
 
 from jaxload import agreement
 
 _PARTS = ("wait", "backend", "agree", "assemble", "check")
+_lock = threading.Lock()
 
 
 @dataclasses.dataclass
@@ -121,21 +125,15 @@ def gather(stats: Stats, name: str, timeout_s: float) -> StatsSummary:
     return StatsSummary(tuple(Stats(**json.loads(reports[p])) for p in sorted(reports)))
 
 
-class Clock:
-    """Adds the time spent inside ``with clock("backend"):`` blocks to a Stats field."""
+@contextlib.contextmanager
+def timed(stats: Stats, part: str) -> Iterator[None]:
+    """Adds the time spent inside ``with timed(stats, "backend"):`` to ``stats.backend_s``.
 
-    def __init__(self, stats: Stats):
-        self._stats = stats
-        self._part = ""
-        self._start = 0.0
-
-    def __call__(self, part: str) -> Clock:
-        self._part = f"{part}_s"
-        return self
-
-    def __enter__(self) -> None:
-        self._start = time.perf_counter()
-
-    def __exit__(self, *exc) -> None:
-        setattr(self._stats, self._part,
-                getattr(self._stats, self._part) + time.perf_counter() - self._start)
+    Both the prefetch thread and the loop's thread add to the same totals, hence the lock."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        elapsed = time.perf_counter() - start
+        with _lock:
+            setattr(stats, f"{part}_s", getattr(stats, f"{part}_s") + elapsed)
