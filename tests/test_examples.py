@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,7 +96,9 @@ def test_resume_example_continues_with_the_same_batches(tmp_path):
 
 def test_tf_data_service_example():
     out = run_example("tf_data_service.py")
-    assert "model_replicas_across_processes(2)   7 steps; process 0 holds 200 elements, process 1 " \
-           "holds 200, both 200; every element delivered once: True" in out
+    # the step count depends on how the service splits the epoch's last batches (7 to 9)
+    assert re.search(r"model_replicas_across_processes\(2\)   [789] steps; process 0 holds 200 "
+                     r"elements, process 1 holds 200, both 200; every element delivered once: "
+                     r"True", out), out
     line = next(x for x in out.splitlines() if x.startswith("data_parallel()"))
     assert "both   0; every element delivered once: True" in line
