@@ -22,13 +22,17 @@ def from_grain(
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     load_once: bool = False,
+    read_options: Any = None,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched Grain dataset.
 
     A ``grain.MapDataset`` is sharded by loading group (``ds[plan.shard_index::plan.shard_count]``:
-    processes that need the same rows read the same elements), batched to
-    ``plan.local_batch_size`` rows (the incomplete last batch dropped or padded), and each per-process
-    batch becomes one global ``jax.Array`` per feature on ``layout.sharding``.
+    processes that need the same rows read the same elements), batched on the ``MapDataset`` to
+    ``plan.local_batch_size`` rows (the incomplete last batch dropped or padded), and each
+    per-process batch becomes one global ``jax.Array`` per feature on ``layout.sharding``. The
+    batches are read by index on the loader's own thread, with no thread pool, and the position
+    saved by ``get_state`` is the next batch's index. (A ``MapDataset`` with a ``filter`` cannot
+    be batched by index; it is read through ``to_iter_dataset`` and batched there.)
 
     Args:
       ds: an unbatched ``grain.MapDataset``, or a ``grain.IterDataset`` with ``shard=False``.
@@ -58,6 +62,13 @@ def from_grain(
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
         rows on every member. See :meth:`jaxload.Layout.load_once_plan` and the README.
+      read_options: a ``grain.ReadOptions`` to read a ``MapDataset``'s batches with Grain's
+        thread pool (``batched.to_iter_dataset(read_options)``: each thread builds whole
+        batches). Threads help when each element costs real CPU time in Python code that
+        releases the GIL (decoding, augmenting with numpy) and there are cores to spare; they
+        cost time when elements are cheap or cores few, which is why the default (None) reads
+        by index without threads. Example: ``grain.ReadOptions(num_threads=8,
+        prefetch_buffer_size=16)``.
 
     Example:
       >>> ds = grain.MapDataset.range(1024).map(lambda i: {"x": np.float32(i)})
@@ -69,10 +80,21 @@ def from_grain(
 
     check_options(remainder, checks, prefetch)
     plan = loading_plan(layout, global_batch_size, load_once)
+    if read_options is not None and not isinstance(read_options, grain.ReadOptions):
+        raise TypeError(f"read_options must be a grain.ReadOptions or None, got "
+                        f"{type(read_options).__name__}: {read_options!r:.100}")
+    options = dict(backend="grain", remainder=remainder, checks=checks, prefetch=prefetch,
+                   timeout_s=timeout_s)
     if isinstance(ds, grain.MapDataset):
         if shard:
             ds = ds[plan.shard_index :: plan.shard_count]
-        ds = ds.to_iter_dataset()
+        by_index = ds if batched else _batched_by_index(ds, plan, remainder)
+        if by_index is not None and read_options is None:
+            return Loader(_indexed_batches(by_index), layout, plan, **options)
+        if by_index is not None:
+            ds, batched = by_index.to_iter_dataset(read_options), True
+        else:
+            ds = ds.to_iter_dataset(read_options or _no_threads())
     elif isinstance(ds, grain.IterDataset):
         if shard:
             raise ValueError(
@@ -103,8 +125,46 @@ def from_grain(
         for batch in iterator:
             yield batch, iterator.get_state()
 
-    return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+    return Loader(local_batches, layout, plan, **options)
+
+
+def _no_threads():
+    """Grain's ReadOptions without a thread pool, for a MapDataset that must be iterated."""
+    import grain
+
+    return grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+
+
+def _batched_by_index(ds: Any, plan: Plan, remainder: str) -> Any:
+    """``ds.batch(...)`` on the MapDataset (jaxload's aligned stacking), or None where Grain
+    cannot batch it by index (after a ``filter`` or ``flat_map``, which drop elements)."""
+    try:
+        return ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
+                        batch_fn=stack_elements)
+    except ValueError as e:
+        if "filter" in str(e) or "FlatMap" in str(e):
+            return None
+        raise
+
+
+def _indexed_batches(batches: Any):
+    """The batches of a batched MapDataset read by index, each with its position after it."""
+
+    def local_batches(position: dict | None):
+        for index in range(_next_batch(position), len(batches)):
+            yield batches[index], {"next_batch": index + 1}
+
+    return local_batches
+
+
+def _next_batch(position: dict | None) -> int:
+    """The index of the batch a position (``{"next_batch": k}``, None: the start) resumes at."""
+    if position is None:
+        return 0
+    if not isinstance(position, dict) or not isinstance(position.get("next_batch"), int):
+        raise ValueError(f"a Grain MapDataset position is {{'next_batch': <int>}}, got "
+                         f"{position!r:.200}")
+    return position["next_batch"]
 
 
 def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainder: bool = True,
