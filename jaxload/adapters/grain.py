@@ -86,7 +86,7 @@ def from_grain(
     options = dict(backend="grain", remainder=remainder, checks=checks, prefetch=prefetch,
                    timeout_s=timeout_s)
     if isinstance(ds, grain.MapDataset):
-        if shard:
+        if shard and plan.shard_count > 1:  # a slice adds work per element; [0::1] is ds
             ds = ds[plan.shard_index :: plan.shard_count]
         by_index = ds if batched else _batched_by_index(ds, plan, remainder)
         if by_index is not None and read_options is None:

@@ -27,12 +27,21 @@ def stack_elements(elements: Sequence[PyTree]) -> PyTree:
 
 
 def _stack(*xs: Any) -> np.ndarray:
+    first = xs[0]
+    if not isinstance(first, np.ndarray) or first.ndim == 0:
+        return np.asarray(xs)  # scalars: one C loop; a ragged or mixed list raises here
+    shapes = {x.shape if isinstance(x, np.ndarray) else None for x in xs}
+    if len(shapes) > 1:
+        raise ValueError(f"the elements' shapes differ: {sorted(map(str, shapes))}")
     try:
         dtype = np.result_type(*xs)
     except TypeError:  # str, bytes, objects: refused later, naming the feature
         return np.stack(xs)
-    # written straight into an aligned buffer: the only host copy on its way to CPU devices
-    return np.stack(xs, out=aligned_empty((len(xs),) + np.shape(xs[0]), dtype))
+    # one copy, in C, straight into an aligned buffer: the only host copy on its way to CPU
+    # devices (np.stack would also add an axis to every element in Python)
+    out = aligned_empty((len(xs),) + first.shape, dtype)
+    np.concatenate(xs, axis=0, out=out.reshape((-1,) + first.shape[1:]))
+    return out
 
 
 def _features(element: PyTree) -> dict[str, tuple]:
