@@ -53,9 +53,11 @@ JAXLOAD_THREADS = ("jaxload threads p0", "jaxload threads p2")
 
 
 def _steps(pipeline: str, quick: bool) -> tuple[int, int]:
-    """(warm-up steps, timed steps)."""
-    warmup, steps = (16, 48) if pipeline == "cheap" else (4, 12)
-    return (warmup // 2, steps // 2) if quick else (warmup, steps)
+    """(warm-up steps, timed steps). The warm-up is long enough to use up what a thread pool
+    built ahead while the first batch was awaited (Grain's default pool: about 100 cheap
+    batches, or one costly batch per thread), so that the timed steps show its steady rate."""
+    warmup, steps = (160, 64) if pipeline == "cheap" else (24, 12)
+    return (warmup, steps // 2) if quick else (warmup, steps)
 
 
 _IMAGES = _LABELS = None
@@ -172,10 +174,11 @@ def _method(name: str, backend: str, pipeline: str, num: int, layout, plan):
         if backend == "tf":
             return iter(jaxload.from_tf_data(_tf_source(pipeline, num, plan), layout, shard=False,
                                              global_batch_size=ROWS, prefetch=prefetch))
-        options = grain.ReadOptions(num_threads=THREADS, prefetch_buffer_size=2 * THREADS)
+        threads = {"read_options": grain.ReadOptions(num_threads=THREADS,
+                                                     prefetch_buffer_size=2 * THREADS)}
         return iter(jaxload.from_grain(_grain_source(pipeline, num), layout,
                                        global_batch_size=ROWS, prefetch=prefetch,
-                                       read_options=options if "threads" in name else None))
+                                       **(threads if "threads" in name else {})))
     put = _put(layout, plan, whole)
     if backend == "tf":
         import tensorflow as tf
@@ -251,12 +254,15 @@ def measure(quick: bool) -> dict:
 def _training(quick: bool, rounds: int, layout, plan) -> dict:
     """A step as costly as loading (cheap pipelines): recipe + step against jaxload p2 + step,
     with jaxload's time breakdown from loader.stats()."""
+    import jax
+
     import jaxload
 
     out = {}
     warmup, steps = _steps("cheap", quick)
     num = ROWS * (warmup + steps + 2)
-    for backend, recipe in (("tf", "batch().prefetch()"), ("grain", "MapDataset.batch")):
+    put = " device_put" if jax.process_count() == 1 else ""
+    for backend, recipe in (("tf", "batch().prefetch()" + put), ("grain", "MapDataset.batch" + put)):
         load = statistics.median(
             _time_steps(_method(recipe, backend, "cheap", num, layout, plan), steps, warmup)
             for _ in range(rounds))

@@ -17,6 +17,8 @@ from typing import TypeVar
 T = TypeVar("T")
 
 _POLL_S = 0.1  # how often a blocked producer looks whether the consumer has gone
+READ_AHEAD = 16  # per-process batches read ahead of the loader: a window of steps (loader.py)
+_READ_AHEAD_BYTES = 256 * 2**20  # per-process batches read ahead of the loader, at most
 
 
 class _Raised:
@@ -97,4 +99,41 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
             yield item
     finally:
         stop.set()
-        thread.join(timeout=5 * _POLL_S)
+        # an abandoned iterator may be collected on any thread, its producer's own included
+        if thread is not threading.current_thread():
+            thread.join(timeout=5 * _POLL_S)
+
+
+def read_ahead(local_batches: Callable[[object], Iterator[T]], depth: int,
+               max_bytes: int = _READ_AHEAD_BYTES) -> Callable[[object], Iterator[T]]:
+    """``local_batches`` read ahead on their own thread, ``depth`` batches at most (fewer where
+    they would hold more than ``max_bytes``); ``depth=0``: unchanged.
+
+    The loader agrees on a window of steps at a time, so it reads a window of batches before it
+    hands out the first: without reading ahead, the pipeline would stand still while the
+    previous window's steps run, and the loop would wait for each new window.
+
+    Example:
+      >>> batches = read_ahead(lambda position: iter([(1, "a"), (2, "b")]), depth=16)
+      >>> list(batches(None))
+      [(1, 'a'), (2, 'b')]
+    """
+    if not depth:
+        return local_batches
+
+    def ahead(position: object) -> Iterator[T]:
+        items = local_batches(position)
+        first = next(items, None)
+        if first is None:
+            return
+        yield first
+        nbytes = sum(getattr(leaf, "nbytes", 0) for leaf in _leaves(first))
+        yield from prefetched(lambda: items, max(1, min(depth, max_bytes // max(nbytes, 1))))
+
+    return ahead
+
+
+def _leaves(item: object) -> list:
+    import jax
+
+    return jax.tree_util.tree_leaves(item)

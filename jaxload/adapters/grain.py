@@ -7,6 +7,7 @@ from typing import Any
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
+from jaxload.prefetch import READ_AHEAD, read_ahead
 from jaxload.remainder import DROP
 
 
@@ -90,7 +91,8 @@ def from_grain(
             ds = ds[plan.shard_index :: plan.shard_count]
         by_index = ds if batched else _batched_by_index(ds, plan, remainder)
         if by_index is not None and read_options is None:
-            return Loader(_indexed_batches(by_index), layout, plan, **options)
+            return Loader(read_ahead(_indexed_batches(by_index), READ_AHEAD if prefetch else 0),
+                          layout, plan, **options)
         if by_index is not None:
             ds, batched = by_index.to_iter_dataset(read_options), True
         else:
