@@ -11,7 +11,6 @@ from jaxload import agreement
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
-from jaxload.prefetch import READ_AHEAD, read_ahead
 from jaxload.remainder import DROP
 
 _service_loaders = itertools.count()  # created in the same order on every process
@@ -111,8 +110,7 @@ def from_tf_data(
         batches = pipeline.prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
         return zip(batches, itertools.count(consumed + 1))
 
-    return Loader(read_ahead(local_batches, READ_AHEAD if prefetch else 0), layout, plan,
-                  backend="tf.data", remainder=remainder,
+    return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s)
 
 
