@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 _POLL_S = 0.1  # how often a blocked producer looks whether the consumer has gone
 READ_AHEAD = 16  # per-process batches read ahead of the loader: a window of steps (loader.py)
-_READ_AHEAD_BYTES = 256 * 2**20  # per-process batches read ahead of the loader, at most
+READ_AHEAD_BYTES = 256 * 2**20  # per-process batches read ahead of the loader, at most
 
 
 class _Raised:
@@ -105,7 +105,7 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
 
 
 def read_ahead(local_batches: Callable[[object], Iterator[T]], depth: int,
-               max_bytes: int = _READ_AHEAD_BYTES) -> Callable[[object], Iterator[T]]:
+               max_bytes: int = READ_AHEAD_BYTES) -> Callable[[object], Iterator[T]]:
     """``local_batches`` read ahead on their own thread, ``depth`` batches at most (fewer where
     they would hold more than ``max_bytes``); ``depth=0``: unchanged.
 

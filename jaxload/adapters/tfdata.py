@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import jax
@@ -11,6 +12,7 @@ from jaxload import agreement
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
+from jaxload.prefetch import READ_AHEAD, READ_AHEAD_BYTES
 from jaxload.remainder import DROP
 
 _service_loaders = itertools.count()  # created in the same order on every process
@@ -107,11 +109,28 @@ def from_tf_data(
         pipeline = ds.skip(consumed * rows) if consumed else ds
         if not batched:
             pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
-        batches = pipeline.prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
+        depth = _read_ahead(pipeline.element_spec, plan.local_batch_size) if prefetch else -1
+        batches = pipeline.prefetch(depth).as_numpy_iterator()  # -1: tf.data.AUTOTUNE
         return zip(batches, itertools.count(consumed + 1))
 
     return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+
+
+def _read_ahead(batch_spec: Any, rows: int) -> int:
+    """Batches tf.data keeps ready ahead of the loader (its own threads, no GIL): a window of
+    steps, so the pipeline goes on while the loader hands out the steps it agreed on; at most
+    ``READ_AHEAD_BYTES`` of them.
+
+    Example:
+      >>> _read_ahead(tf.TensorSpec((None, 1024, 1024), tf.float32), rows=64)  # 256 MiB batches
+      1
+    """
+    import tensorflow as tf
+
+    nbytes = sum(rows * math.prod(spec.shape[1:]) * spec.dtype.size
+                 for spec in tf.nest.flatten(batch_spec))
+    return max(1, min(READ_AHEAD, READ_AHEAD_BYTES // max(nbytes, 1)))
 
 
 def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s: float):
