@@ -57,7 +57,9 @@ def from_grain(
       checks: when to verify placement at run time: ``"first"`` step of each pass (default),
         every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`.
       prefetch: global batches assembled ahead on a background thread while the training step
-        runs (default 2; 0 turns it off).
+        runs (default 2; 0 turns it off). With prefetching, a ``MapDataset`` read by index is
+        also read ahead on a second thread (up to 16 batches or 256 MiB: a window of steps the
+        processes agree on at once), so reading goes on while those steps run.
       timeout_s: how long a process waits for the others at each step before raising.
       load_once: ``True`` to load each row on one process only and reach the layout's
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
