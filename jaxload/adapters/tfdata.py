@@ -11,6 +11,8 @@ from jaxload import agreement
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
+from jaxload.passes import Source
+from jaxload.protocol import INFINITE
 from jaxload.remainder import DROP
 
 _service_loaders = itertools.count()  # created in the same order on every process
@@ -107,11 +109,22 @@ def from_tf_data(
         pipeline = ds.skip(consumed * rows) if consumed else ds
         if not batched:
             pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
-        batches = pipeline.prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
-        return zip(batches, itertools.count(consumed + 1))
+        batches = pipeline.prefetch(tf.data.AUTOTUNE)
+        return Source(zip(batches.as_numpy_iterator(), itertools.count(consumed + 1)),
+                      length=_length(batches))
 
     return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+
+
+def _length(ds: Any) -> int | None:
+    """The batches a pipeline holds, where tf.data knows it (``INFINITE`` after repeat())."""
+    import tensorflow as tf
+
+    n = int(ds.cardinality())
+    if n == int(tf.data.INFINITE_CARDINALITY):
+        return INFINITE
+    return n if n >= 0 else None
 
 
 def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s: float):
