@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 
 from jaxload import agreement, check
+from jaxload.agreement import PeerFailedError
 from jaxload.layouts import Layout, Plan
 from jaxload.passes import Handout, Pass
 from jaxload.prefetch import closer, prefetched
@@ -102,7 +104,7 @@ class Loader:
         self._stats = Stats(jax.process_index())
         self._position = _START  # where the current (or next) pass stands: step, backend position
         self._resume = _START  # where the next pass starts
-        self._current: LoaderIterator | None = None
+        self._current: weakref.ref[LoaderIterator] | None = None
 
     def __repr__(self) -> str:
         p = self.plan
@@ -114,19 +116,21 @@ class Loader:
 
     def __iter__(self) -> LoaderIterator:
         """A new pass (closing the previous one, if it is still open)."""
-        if self._current is not None:
-            self._current.close()
+        self.close()
         start, self._resume = self._resume, _START
         self._position = start
         exchange = agreement.Exchange(f"{self._id}.{self._passes}", self._timeout_s)
         self._passes += 1
-        self._current = LoaderIterator(self, exchange, start)
-        return self._current
+        current = LoaderIterator(self, exchange, start)
+        # weakly held: a pass dropped by the loop (a `break`) is closed at once, not at exit
+        self._current = weakref.ref(current)
+        return current
 
     def close(self) -> None:
         """Ends the current pass on this process (the others end it at their next round)."""
-        if self._current is not None:
-            self._current.close()
+        current = self._current and self._current()
+        if current is not None:
+            current.close()
 
     def stats(self, *, all_processes: bool = False) -> Stats | StatsSummary:
         """Where this loader's time went, since it was created (see :mod:`jaxload.stats`).
@@ -204,11 +208,12 @@ class LoaderIterator:
 
     def __init__(self, loader: Loader, exchange: agreement.Exchange, start: dict):
         self._loader = loader
-        self._failure: BaseException | None = None
+        self._exchange = exchange
+        failure = self._failure = [None]  # shared with the pass, which must not hold self
         source = loader._local_batches(start["position"])
         run = Pass(exchange, source, loader.plan, remainder=loader.remainder, start=start,
                    stats=loader._stats, check_period=loader._check_period,
-                   failure=lambda: self._failure)
+                   failure=lambda: failure[0])
         stats = loader._stats
 
         def count_ready(n: int) -> None:
@@ -252,27 +257,52 @@ class LoaderIterator:
         """Reshards (``load_once``) and checks a batch on the loop's thread: both are
         collectives, issued here in program order with the training step's own."""
         loader, batch = self._loader, handout.batch
-        stage = "resharding"
-        try:
-            if loader._reshard is not None:
-                with timed(loader._stats, "assemble"):
-                    batch = loader._reshard(batch)
-            if handout.checks:
-                with timed(loader._stats, "check"):
-                    stage = "checking"
+        if loader._reshard is not None:
+            with timed(loader._stats, "assemble"):
+                batch = self._resharded(handout)
+        if handout.checks:
+            with timed(loader._stats, "check"):
+                try:
                     if handout.checks == "plan+batch":
                         check.plan(loader.layout, loader.plan.global_batch_size,
                                    timeout_s=loader._timeout_s)
                     check.batch(batch, timeout_s=loader._timeout_s)
+                except Exception:
+                    # a check is an exchange of its own: its verdict, or a process's failure
+                    # to compute it, reached every process already
+                    self.close()
+                    raise
+        return batch
+
+    def _resharded(self, handout: Handout) -> PyTree:
+        """The ``load_once`` reshard, a collective of every process.
+
+        A process whose reshard fails says so at once (:meth:`Exchange.mark_failed`), then
+        still joins the collective, with zeros, so that no other process is left inside it;
+        the others read that mark after their reshard returns and raise instead of handing
+        the batch out (with XLA:CPU's synchronous collectives that read always sees the mark;
+        where dispatch is asynchronous the round after the window reports it in any case).
+        """
+        loader = self._loader
+        try:
+            batch = loader._reshard(handout.batch)
         except Exception as e:
-            # a check is an exchange of its own: its verdict, or a process's failure to
-            # compute it, reached every process already; a failed reshard is reported to the
-            # others by the pass, as this process's failure at this step
-            if stage != "checking":
-                e.jaxload_stage, e.jaxload_step = stage, handout.step
-                self._failure = e
+            self._exchange.mark_failed(
+                f"process {jax.process_index()} failed while resharding step {handout.step}: "
+                f"{type(e).__name__}: {e}")
+            try:
+                zeros = jax.tree_util.tree_map(jax.numpy.zeros_like, handout.batch)
+                jax.device_put(zeros, loader.layout.sharding)
+            except Exception:  # noqa: BLE001 - the original failure is what is raised
+                pass
+            e.jaxload_stage, e.jaxload_step = "resharding", handout.step
+            self._failure[0] = e
             self.close()
             raise
+        failed = self._exchange.failed()
+        if failed is not None:
+            self.close()
+            raise PeerFailedError(failed)
         return batch
 
     def close(self) -> None:

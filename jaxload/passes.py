@@ -156,6 +156,7 @@ class Pass:
         self._reader = ReadAhead(source, plan, self._pad, stats, self._step)
         self._template: str | None = None  # the signature to pad with, when this process has none
         self._ended = False
+        self._doing = "assembling"  # or "padding": the part of stage 3 under way
 
     def __iter__(self) -> Iterator[Handout]:
         window, total, round_index = 1, None, 0
@@ -244,6 +245,7 @@ class Pass:
                 f"this process's pipeline ended at step {self._step}, before the step count "
                 "its length promised (a len() or cardinality() that overstates the data)")
         with timed(self._stats, "assemble"):
+            self._doing = "padding"
             if local is None:  # this process's data has run out: padding
                 text = self._reader.signature or self._template
                 padded = signature.zeros(text, 0)
@@ -256,6 +258,7 @@ class Pass:
                                   self._plan.local_batch_size)
                 treedef = jax.tree_util.tree_structure(padded)
                 leaves = jax.tree_util.tree_leaves(padded)
+            self._doing = "assembling"
             batch = build_global(treedef, leaves, self._plan)
         step = self._step
         self._step += 1
@@ -272,6 +275,7 @@ class Pass:
             return work()
         except Exception as e:
             step = self._reader.next_step if stage == "loading" else self._step
+            stage = self._doing if stage == "assembling" else stage
             self._report_failure(e, stage, step)
             raise
 

@@ -33,6 +33,8 @@ class Transport(Protocol):
 
     def get(self, key: str, timeout_s: float) -> str: ...
 
+    def try_get(self, key: str) -> str | None: ...
+
     def dir_get(self, prefix: str) -> list[tuple[str, str]]: ...
 
     def increment(self, key: str) -> int: ...
@@ -76,6 +78,15 @@ class CoordinationTransport:
             value = self._client.blocking_key_value_get(key, max(1, int(timeout_s * 1000)))
         except Exception as e:  # JaxRuntimeError DEADLINE_EXCEEDED, or the coordinator is gone
             raise TransportTimeout(str(e).splitlines()[0]) from e
+        self.received += len(value)
+        return value
+
+    def try_get(self, key: str) -> str | None:
+        self.sent += len(key)
+        try:
+            value = self._client.key_value_try_get(key)
+        except Exception:  # NOT_FOUND
+            return None
         self.received += len(value)
         return value
 
@@ -140,6 +151,13 @@ class MemoryTransport:
                 self._store._changed.wait(left)
             value = self._store.values[key]
         self.received += len(value)
+        return value
+
+    def try_get(self, key: str) -> str | None:
+        self.sent += len(key)
+        with self._store._changed:
+            value = self._store.values.get(key)
+        self.received += len(value or "")
         return value
 
     def dir_get(self, prefix: str) -> list[tuple[str, str]]:
