@@ -17,8 +17,6 @@ from typing import TypeVar
 T = TypeVar("T")
 
 _POLL_S = 0.1  # how often a blocked producer looks whether the consumer has gone
-READ_AHEAD = 16  # per-process batches read ahead of the loader: a window of steps (loader.py)
-READ_AHEAD_BYTES = 256 * 2**20  # per-process batches read ahead of the loader, at most
 
 
 class _Raised:
@@ -36,6 +34,7 @@ _JOIN_AT_EXIT_S = 10.0
 
 
 def _stop_producers() -> None:
+    closer.stop()  # after the iterators already handed to it
     for stop in list(_running.values()):
         stop.set()
     for thread in list(_running):
@@ -80,12 +79,7 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
             _running.pop(threading.current_thread(), None)
 
     thread = threading.Thread(target=run, name="jaxload-prefetch", daemon=True)
-    if not _running:
-        # Registered now, after jax.distributed.initialize() registered its own shutdown:
-        # exit handlers run last-in first-out, so producers stop while the runtime is up.
-        atexit.unregister(_stop_producers)
-        atexit.register(_stop_producers)
-    _running[thread] = stop
+    _register(thread, stop)
     thread.start()
     try:
         while True:
@@ -104,36 +98,53 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
             thread.join(timeout=5 * _POLL_S)
 
 
-def read_ahead(local_batches: Callable[[object], Iterator[T]], depth: int,
-               max_bytes: int = READ_AHEAD_BYTES) -> Callable[[object], Iterator[T]]:
-    """``local_batches`` read ahead on their own thread, ``depth`` batches at most (fewer where
-    they would hold more than ``max_bytes``); ``depth=0``: unchanged.
+class BackgroundCloser:
+    """Closes dropped iterators on one long-lived thread.
 
-    The loader agrees on a window of steps at a time, so it reads a window of batches before it
-    hands out the first: without reading ahead, the pipeline would stand still while the
-    previous window's steps run, and the loop would wait for each new window.
-
-    Example:
-      >>> batches = read_ahead(lambda position: iter([(1, "a"), (2, "b")]), depth=16)
-      >>> list(batches(None))
-      [(1, 'a'), (2, 'b')]
+    Closing a pass can wait on the other processes, which must not happen inside a finalizer
+    (at an arbitrary point of the program), and a finalizer must not start a thread either (it
+    may run while the interpreter holds a threading lock). So the thread is started
+    beforehand (:meth:`start`, called where iterators are created), and a finalizer only hands
+    it the iterator with ``SimpleQueue.put``, which is safe there.
     """
-    if not depth:
-        return local_batches
 
-    def ahead(position: object) -> Iterator[T]:
-        items = local_batches(position)
-        first = next(items, None)
-        if first is None:
-            return
-        yield first
-        nbytes = sum(getattr(leaf, "nbytes", 0) for leaf in _leaves(first))
-        yield from prefetched(lambda: items, max(1, min(depth, max_bytes // max(nbytes, 1))))
+    def __init__(self):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
 
-    return ahead
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="jaxload-close",
+                                                daemon=True)
+                _register(self._thread, threading.Event())
+                self._thread.start()
+
+    def close_later(self, items: Iterator) -> None:
+        self._queue.put(items)
+
+    def _run(self) -> None:
+        while True:
+            items = self._queue.get()
+            if items is _END:
+                return
+            try:
+                items.close()
+            except Exception:  # noqa: BLE001 - nobody is left to see it
+                pass
+
+    def stop(self) -> None:
+        self._queue.put(_END)
 
 
-def _leaves(item: object) -> list:
-    import jax
+closer = BackgroundCloser()
 
-    return jax.tree_util.tree_leaves(item)
+
+def _register(thread: threading.Thread, stop: threading.Event) -> None:
+    if not _running:
+        # Registered now, after jax.distributed.initialize() registered its own shutdown:
+        # exit handlers run last-in first-out, so producers stop while the runtime is up.
+        atexit.unregister(_stop_producers)
+        atexit.register(_stop_producers)
+    _running[thread] = stop

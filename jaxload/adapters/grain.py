@@ -7,7 +7,7 @@ from typing import Any
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
-from jaxload.prefetch import READ_AHEAD, read_ahead
+from jaxload.passes import Source
 from jaxload.remainder import DROP
 
 
@@ -57,9 +57,7 @@ def from_grain(
       checks: when to verify placement at run time: ``"first"`` step of each pass (default),
         every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`.
       prefetch: global batches assembled ahead on a background thread while the training step
-        runs (default 2; 0 turns it off). With prefetching, a ``MapDataset`` read by index is
-        also read ahead on a second thread (up to 16 batches or 256 MiB: a window of steps the
-        processes agree on at once), so reading goes on while those steps run.
+        runs (default 2; 0 turns it off).
       timeout_s: how long a process waits for the others at each step before raising.
       load_once: ``True`` to load each row on one process only and reach the layout's
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
@@ -93,8 +91,7 @@ def from_grain(
             ds = ds[plan.shard_index :: plan.shard_count]
         by_index = ds if batched else _batched_by_index(ds, plan, remainder)
         if by_index is not None and read_options is None:
-            return Loader(read_ahead(_indexed_batches(by_index), READ_AHEAD if prefetch else 0),
-                          layout, plan, **options)
+            return Loader(_indexed_batches(by_index), layout, plan, **options)
         if by_index is not None:
             ds, batched = by_index.to_iter_dataset(read_options), True
         else:
@@ -154,9 +151,11 @@ def _batched_by_index(ds: Any, plan: Plan, remainder: str) -> Any:
 def _indexed_batches(batches: Any):
     """The batches of a batched MapDataset read by index, each with its position after it."""
 
-    def local_batches(position: dict | None):
-        for index in range(_next_batch(position), len(batches)):
-            yield batches[index], {"next_batch": index + 1}
+    def local_batches(position: dict | None) -> Source:
+        start = _next_batch(position)
+        # the length lets the loader agree on the step count once, then read batch by batch
+        return Source(((batches[i], {"next_batch": i + 1}) for i in range(start, len(batches))),
+                      length=max(len(batches) - start, 0))
 
     return local_batches
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Any
 
 import jax
@@ -12,7 +11,8 @@ from jaxload import agreement
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
-from jaxload.prefetch import READ_AHEAD, READ_AHEAD_BYTES
+from jaxload.passes import Source
+from jaxload.protocol import INFINITE
 from jaxload.remainder import DROP
 
 _service_loaders = itertools.count()  # created in the same order on every process
@@ -109,28 +109,22 @@ def from_tf_data(
         pipeline = ds.skip(consumed * rows) if consumed else ds
         if not batched:
             pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
-        depth = _read_ahead(pipeline.element_spec, plan.local_batch_size) if prefetch else -1
-        batches = pipeline.prefetch(depth).as_numpy_iterator()  # -1: tf.data.AUTOTUNE
-        return zip(batches, itertools.count(consumed + 1))
+        batches = pipeline.prefetch(tf.data.AUTOTUNE)
+        return Source(zip(batches.as_numpy_iterator(), itertools.count(consumed + 1)),
+                      length=_length(batches))
 
     return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s)
 
 
-def _read_ahead(batch_spec: Any, rows: int) -> int:
-    """Batches tf.data keeps ready ahead of the loader (its own threads, no GIL): a window of
-    steps, so the pipeline goes on while the loader hands out the steps it agreed on; at most
-    ``READ_AHEAD_BYTES`` of them.
-
-    Example:
-      >>> _read_ahead(tf.TensorSpec((None, 1024, 1024), tf.float32), rows=64)  # 256 MiB batches
-      1
-    """
+def _length(ds: Any) -> int | None:
+    """The batches a pipeline holds, where tf.data knows it (``INFINITE`` after repeat())."""
     import tensorflow as tf
 
-    nbytes = sum(rows * math.prod(spec.shape[1:]) * spec.dtype.size
-                 for spec in tf.nest.flatten(batch_spec))
-    return max(1, min(READ_AHEAD, READ_AHEAD_BYTES // max(nbytes, 1)))
+    n = int(ds.cardinality())
+    if n == int(tf.data.INFINITE_CARDINALITY):
+        return INFINITE
+    return n if n >= 0 else None
 
 
 def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s: float):
