@@ -156,7 +156,7 @@ class Pass:
         self._reader = ReadAhead(source, plan, self._pad, stats, self._step)
         self._template: str | None = None  # the signature to pad with, when this process has none
         self._ended = False
-        self._doing = "assembling"  # or "padding": the part of stage 3 under way
+        self._doing = "assembling"  # or "loading", "padding": the part of stage 3 under way
 
     def __iter__(self) -> Iterator[Handout]:
         window, total, round_index = 1, None, 0
@@ -239,7 +239,9 @@ class Pass:
 
     # -- stage 3 -----------------------------------------------------------------------------
     def _assemble(self) -> Handout:
+        self._doing = "loading"  # a pass of known length reads each batch only now
         local = self._reader.take()
+        self._doing = "assembling"
         if local is None and not self._pad:
             raise RuntimeError(
                 f"this process's pipeline ended at step {self._step}, before the step count "
