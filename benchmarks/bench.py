@@ -60,9 +60,11 @@ def _steps(pipeline: str, quick: bool) -> tuple[int, int]:
     return (warmup, steps // 2) if quick else (warmup, steps)
 
 
-def _pass_steps(pipeline: str, quick: bool) -> int:
-    """Steps of a timed pass, from the iterator's creation on."""
-    steps = 64 if pipeline == "cheap" else 12
+def _pass_steps(pipeline: str, quick: bool, name: str = "") -> int:
+    """Steps of a timed pass, from the iterator's creation on: long enough that a pass's
+    start-up weighs little (grain.DataLoader, 30x slower per step here, gets a quarter)."""
+    steps = 256 if pipeline == "cheap" else 24
+    steps //= 4 if name.startswith("DataLoader") else 1
     return steps // 2 if quick else steps
 
 
@@ -262,8 +264,7 @@ def measure(quick: bool) -> dict:
     rounds = 2 if quick else 3
     table = {}
     for pipeline in PIPELINES:
-        steps = _pass_steps(pipeline, quick)
-        num = ROWS * (steps + 1)
+        num = ROWS * (_pass_steps(pipeline, quick) + 1)
         for backend in ("tf", "grain"):
             names = _methods(backend, pipeline)
             for name in (names[0], "jaxload p0"):  # compiles the puts, untimed
@@ -272,7 +273,8 @@ def measure(quick: bool) -> dict:
             for r in range(rounds):  # interleaved, in alternating order
                 for name in names if r % 2 == 0 else reversed(names):
                     t = _time_pass(
-                        functools.partial(_method, name, backend, pipeline, num, layout, plan), steps)
+                        functools.partial(_method, name, backend, pipeline, num, layout, plan),
+                        _pass_steps(pipeline, quick, name))
                     if t is not None:
                         times.setdefault(name, []).append(t)
             table[(backend, pipeline)] = times
@@ -438,7 +440,8 @@ def report(by_topology: dict[str, list[dict]], quick: bool, elapsed: float) -> s
              f"Per-step time in ms for a global batch of {ROWS} rows (32x32x3 float32 image, int32 "
              "label; 3 MiB), data parallel: the time of a pass of "
              f"{_pass_steps('cheap', quick)} (cheap) or {_pass_steps('costly', quick)} (costly) "
-             "steps from the iterator's creation to the last batch ready, divided by the steps "
+             "steps (a quarter of that for `grain.DataLoader`, 30x slower per step) from the "
+             "iterator's creation to the last batch ready, divided by the steps "
              "(start-up counts: threads, worker processes, what a thread pool builds ahead while "
              "the first batch is awaited); median over interleaved rounds, slowest process; in "
              "brackets the spread (min-max over rounds). "
