@@ -208,6 +208,7 @@ class Pass:
         return decision
 
     def _round(self, report: Report, decide) -> str:
+        self._stats.rounds += 1
         return self._exchange.round(report.to_json(), decide, where=f"step {self._step}")
 
     def _raise_mismatch(self, decision: Decision) -> None:
