@@ -100,7 +100,7 @@ class Loader:
         # from the prefetch thread, processes could launch collectives in different orders, or
         # one could launch a reshard that another (stopped early) never joins.
         self._reshard = (None if plan.sharding == layout.sharding
-                         else lambda batch: jax.device_put(batch, layout.sharding))
+                         else lambda batch: jax.device_put(batch, layout.shardings(batch)))
         self._backend = backend
         self._timeout_s = timeout_s
         self._not_resumable = not_resumable
