@@ -7,7 +7,7 @@ from typing import Any
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
-from jaxload.remainder import DROP
+from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
 
 
 def from_grain(
@@ -68,9 +68,17 @@ def from_grain(
     import grain
 
     check_options(remainder, checks, prefetch)
-    plan = loading_plan(layout, global_batch_size, load_once)
+    physical = padded_batch_size(layout, global_batch_size, remainder)
+    plan = loading_plan(layout, physical, load_once)
+    rows = plan.local_batch_size
+    if physical != global_batch_size:
+        check_padded_options(shard, batched, None if isinstance(ds, grain.MapDataset)
+                             else f"a {type(ds).__name__}")
     if isinstance(ds, grain.MapDataset):
-        if shard:
+        if physical != global_batch_size:  # this group's real rows of each step
+            ds = _real_rows(ds, global_batch_size, plan)
+            rows = max(rows_read(plan, global_batch_size), 1)
+        elif shard:
             ds = ds[plan.shard_index :: plan.shard_count]
         ds = ds.to_iter_dataset()
     elif isinstance(ds, grain.IterDataset):
@@ -92,8 +100,7 @@ def from_grain(
             f"{type(ds).__name__}"
         )
     if not batched:
-        ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
-                      batch_fn=stack_elements)
+        ds = ds.batch(rows, drop_remainder=remainder == DROP, batch_fn=stack_elements)
 
     def local_batches(position: dict | None):
         """This group's batches with Grain's own iterator state after each one."""
@@ -105,6 +112,18 @@ def from_grain(
 
     return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+
+
+def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
+    """The elements of this group's real rows when the global batch is padded: of every
+    ``global_batch_size`` elements, those at this group's rows (none for a group of padding)."""
+    import grain
+
+    start, rows = plan.global_rows[0], rows_read(plan, global_batch_size)
+    full, last = divmod(len(ds), global_batch_size)
+    count = full * rows + min(max(last - start, 0), rows) if rows else 0
+    return grain.MapDataset.range(count).map(
+        lambda k: ds[(k // rows) * global_batch_size + start + k % rows])
 
 
 def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainder: bool = True,

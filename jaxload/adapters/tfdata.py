@@ -11,7 +11,7 @@ from jaxload import agreement
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
-from jaxload.remainder import DROP
+from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
 
 _service_loaders = itertools.count()  # created in the same order on every process
 # Batches a process requests from the service ahead of its reads. The service gives each batch
@@ -87,7 +87,10 @@ def from_tf_data(
     if not isinstance(ds, tf.data.Dataset):
         raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
     check_options(remainder, checks, prefetch)
-    plan = loading_plan(layout, global_batch_size, load_once or service is not None)
+    physical = padded_batch_size(layout, global_batch_size, remainder)
+    plan = loading_plan(layout, physical, load_once or service is not None)
+    if physical != global_batch_size:
+        check_padded_options(shard, batched, "service=" if service is not None else None)
     if service is not None:
         _check_service_options(service, shard, batched)
     _check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
@@ -96,7 +99,9 @@ def from_tf_data(
                       layout, plan, backend="tf.data service", remainder=remainder, checks=checks,
                       prefetch=prefetch, timeout_s=timeout_s,
                       not_resumable="the tf.data service hands out elements in no fixed order")
-    if shard:
+    if physical != global_batch_size:  # this group's real rows of each step, as batches
+        ds, batched = _real_rows(ds, global_batch_size, plan), True
+    elif shard:
         ds = ds.shard(plan.shard_count, plan.shard_index)
 
     def local_batches(consumed: int | None):
@@ -112,6 +117,20 @@ def from_tf_data(
 
     return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+
+
+def _real_rows(ds: Any, global_batch_size: int, plan: Any) -> Any:
+    """Batches of this group's real rows when the global batch is padded: of every
+    ``global_batch_size`` elements, the ones at this group's rows (none for a group of padding).
+    """
+    import tensorflow as tf
+
+    start, rows = plan.global_rows[0], rows_read(plan, global_batch_size)
+    if not rows:
+        return ds.take(0).batch(1)
+    share = ds.batch(global_batch_size).map(
+        lambda b: tf.nest.map_structure(lambda x: x[start : start + rows], b))
+    return share.filter(lambda b: tf.shape(tf.nest.flatten(b)[0])[0] > 0)
 
 
 def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s: float):
