@@ -23,6 +23,8 @@ from jaxload import agreement, check
 from jaxload.assemble import build_global, check_local_batch
 from jaxload.layouts import Layout, Plan
 from jaxload.prefetch import prefetched
+from jaxload.records import Recorder
+from jaxload.records import gather as gather_records
 from jaxload.remainder import (
     DROP,
     PAD,
@@ -81,10 +83,12 @@ class Loader:
         prefetch: int = 2,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         not_resumable: str | None = None,
+        record: str | None = None,
     ):
         """``local_batches(position)`` starts a pass at a backend position (None: the start) and
         yields this process's numpy batches, each with the backend position after it (JSON).
-        ``not_resumable``: why ``set_state`` cannot work with this backend, if it cannot."""
+        ``not_resumable``: why ``set_state`` cannot work with this backend, if it cannot.
+        ``record``: a top-level feature whose values per step :meth:`records` returns."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self.prefetch = check_prefetch(prefetch)
@@ -110,6 +114,7 @@ class Loader:
         self._stats = Stats(jax.process_index())
         self._position = _START  # where the current (or next) pass stands: step, backend position
         self._resume = _START  # where the next pass starts
+        self._recorder = Recorder(record, plan.shard_index)
 
     def __repr__(self) -> str:
         p = self.plan
@@ -122,6 +127,7 @@ class Loader:
     def __iter__(self) -> Iterator[PyTree]:
         start, self._resume = self._resume, _START
         self._position = start
+        self._recorder.start_pass()
         produce = lambda: self._global_batches(start)  # noqa: E731
         if not self.prefetch:
             return self._handed_out(produce())
@@ -152,6 +158,7 @@ class Loader:
                                    timeout_s=self._timeout_s)
                     check.batch(batch, timeout_s=self._timeout_s)
             now = time.perf_counter()
+            self._recorder.handed_out(position["step"] - 1)
             self._position = position
             stats.steps += 1
             stats.wait_s += now - asked
@@ -177,6 +184,28 @@ class Loader:
             return mine
         self._summaries += 1
         return gather(mine, f"{self._id}.stats.{self._summaries}", self._timeout_s)
+
+    def records(self, *, all_processes: bool = False, clear: bool = False) -> list[dict]:
+        """Per step handed out, the values of the ``record=`` feature each loading group
+        contributed (real rows only), in step order: ``{"pass": 0, "step": 3, "ids": {0: [...],
+        1: [...]}}`` with ``ids`` keyed by loading group (``shard_index``). Host-side: no device
+        work. See :mod:`jaxload.records`.
+
+        By default this process's group only. With ``all_processes=True`` (every process calls
+        it at the same point) process 0 gets every group's ids; the others get their own.
+        ``clear=True`` forgets the steps returned, to log them in chunks.
+
+        Example:
+          >>> loader = jaxload.from_grain(ds, layout, global_batch_size=64, record="id")
+          >>> for step, batch in enumerate(loader): ...
+          >>> loader.records(all_processes=True)[-1]
+          {'pass': 0, 'step': 15, 'ids': {0: [960, 962, ...], 1: [961, 963, ...]}}
+        """
+        if self._recorder.feature is None:
+            raise ValueError("this loader records nothing; build it with record='<feature>' "
+                             "(e.g. record='id') to get records()")
+        mine = self._recorder.steps(clear=clear)
+        return gather_records(mine, self.plan, self._timeout_s) if all_processes else mine
 
     def get_state(self) -> dict:
         """The position after the last batch handed out, as a JSON-serializable dict.
@@ -279,6 +308,7 @@ class Loader:
                     local, leaves, position = ahead[i]
                 else:  # this process's data has run out: padding
                     local, leaves = decode_template(template), None
+                self._recorder.add(step, local if leaves is not None else None)
                 with timed(stats, "assemble"):
                     if pad:
                         local = pad_rows(local, self.plan.local_batch_size)
@@ -308,6 +338,7 @@ class Loader:
         and its leaves as numpy arrays."""
         if self.remainder == PAD:
             check_paddable(local)
+        self._recorder.check(local)
         named = check_local_batch(local, self.plan, partial=self.remainder == PAD)
         signature = ";".join(f"{n}:{a.dtype}{list(a.shape[1:])}" for n, a in named)
         return signature, [a for _, a in named]

@@ -22,6 +22,7 @@ def from_grain(
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     load_once: bool = False,
+    record: str | None = None,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched Grain dataset.
 
@@ -58,6 +59,8 @@ def from_grain(
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
         rows on every member. See :meth:`jaxload.Layout.load_once_plan` and the README.
+      record: a top-level feature (e.g. ``"id"``) whose values in each step's batch the
+        loader notes on the host, per loading group: see :meth:`jaxload.Loader.records`.
 
     Example:
       >>> ds = grain.MapDataset.range(1024).map(lambda i: {"x": np.float32(i)})
@@ -93,7 +96,8 @@ def from_grain(
         if shard:
             check_data_loader(ds, plan)
         return Loader(_data_loader_batches(ds), layout, plan, backend="grain.DataLoader",
-                      remainder=remainder, checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+                      remainder=remainder, checks=checks, prefetch=prefetch, timeout_s=timeout_s,
+                      record=record)
     else:
         raise TypeError(
             "from_grain expects a grain.MapDataset, grain.IterDataset or grain.DataLoader, got "
@@ -111,7 +115,7 @@ def from_grain(
             yield batch, iterator.get_state()
 
     return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record)
 
 
 def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:

@@ -32,6 +32,7 @@ def from_tf_data(
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     load_once: bool = False,
+    record: str | None = None,
     service: str | None = None,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched ``tf.data.Dataset``.
@@ -75,6 +76,8 @@ def from_tf_data(
         processes of one loading group hold identical rows, different groups disjoint ones.
         The service's order is not deterministic, so such a loader cannot ``set_state``; with
         ``remainder="drop"`` each worker also drops its last incomplete batch of an epoch.
+      record: a top-level feature (e.g. ``"id"``) whose values in each step's batch the
+        loader notes on the host, per loading group: see :meth:`jaxload.Loader.records`.
 
     Example:
       >>> ds = tf.data.Dataset.range(1024).map(lambda i: {"x": tf.cast(i, tf.float32)})
@@ -98,7 +101,8 @@ def from_tf_data(
         return Loader(_service_batches(ds, service, plan.local_batch_size, remainder, timeout_s),
                       layout, plan, backend="tf.data service", remainder=remainder, checks=checks,
                       prefetch=prefetch, timeout_s=timeout_s,
-                      not_resumable="the tf.data service hands out elements in no fixed order")
+                      not_resumable="the tf.data service hands out elements in no fixed order",
+                      record=record)
     if physical != global_batch_size:  # this group's real rows of each step, as batches
         ds, batched = _real_rows(ds, global_batch_size, plan), True
     elif shard:
@@ -116,7 +120,7 @@ def from_tf_data(
         return zip(batches, itertools.count(consumed + 1))
 
     return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record)
 
 
 def _real_rows(ds: Any, global_batch_size: int, plan: Any) -> Any:
