@@ -21,7 +21,6 @@ import json
 import threading
 from typing import Any
 
-import jax
 import numpy as np
 
 from jaxload import agreement
@@ -102,20 +101,19 @@ class Recorder:
 
 def gather(mine: list[dict], plan: Any, timeout_s: float) -> list[dict]:
     """Every group's ids per step on process 0 (this group's elsewhere); see the module doc."""
-    if jax.process_count() == 1 or plan.shard_count == 1:  # process 0's group has them all
+    transport = agreement.this_process_transport()
+    if transport is None or plan.shard_count == 1:  # process 0's group has them all
         return mine
-    client = agreement._client()
     key = f"jaxload/records/{next(_gathers)}"
-    me = jax.process_index()
+    me = transport.process_index
     if plan.loading_groups[plan.shard_index][0] == me:
-        client.key_value_set(f"{key}/{plan.shard_index}", json.dumps(mine))
+        transport.set(f"{key}/{plan.shard_index}", json.dumps(mine))
     if me != 0:
         return mine
     merged = [dict(entry, ids={}) for entry in mine]
     for group in range(plan.shard_count):
         try:
-            theirs = json.loads(client.blocking_key_value_get(f"{key}/{group}",
-                                                              max(1, int(timeout_s * 1000))))
+            theirs = json.loads(transport.get(f"{key}/{group}", timeout_s))
         except Exception as e:
             raise agreement.PeerTimeoutError(
                 f"process 0 waited {timeout_s:g} s for loading group {group}'s records (from "
@@ -126,5 +124,5 @@ def gather(mine: list[dict], plan: Any, timeout_s: float) -> list[dict]:
                                f"{len(merged)}; call records() at the same point everywhere")
         for entry, other in zip(merged, theirs, strict=True):
             entry["ids"].update({int(g): ids for g, ids in other["ids"].items()})
-    client.key_value_delete(key)
+    transport.delete(key)
     return merged

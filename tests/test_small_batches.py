@@ -96,7 +96,7 @@ def test_small_and_uneven_global_batches_are_padded(topology):
             else:  # tf.data reads the others' elements to skip them, but a padding group none
                 assert (r["reads"] == 0) == (reads == 0), (layout_name, gbs, start, r["reads"])
         idle += sum(expected_reads(*_block(r), gbs) == 0 for r in results)
-    assert idle >= 2  # some processes held only padding (and read nothing)
+    assert idle >= 1  # some processes held only padding (and read nothing)
 
 
 def _block(result: dict) -> tuple[int, int]:

@@ -11,6 +11,8 @@ from jaxload import agreement
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
+from jaxload.passes import Source
+from jaxload.protocol import INFINITE
 from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
 
 _service_loaders = itertools.count()  # created in the same order on every process
@@ -116,8 +118,9 @@ def from_tf_data(
         pipeline = ds.skip(consumed * rows) if consumed else ds
         if not batched:
             pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
-        batches = pipeline.prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
-        return zip(batches, itertools.count(consumed + 1))
+        batches = pipeline.prefetch(tf.data.AUTOTUNE)
+        return Source(zip(batches.as_numpy_iterator(), itertools.count(consumed + 1)),
+                      length=_length(batches))
 
     return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record)
@@ -135,6 +138,16 @@ def _real_rows(ds: Any, global_batch_size: int, plan: Any) -> Any:
     share = ds.batch(global_batch_size).map(
         lambda b: tf.nest.map_structure(lambda x: x[start : start + rows], b))
     return share.filter(lambda b: tf.shape(tf.nest.flatten(b)[0])[0] > 0)
+
+
+def _length(ds: Any) -> int | None:
+    """The batches a pipeline holds, where tf.data knows it (``INFINITE`` after repeat())."""
+    import tensorflow as tf
+
+    n = int(ds.cardinality())
+    if n == int(tf.data.INFINITE_CARDINALITY):
+        return INFINITE
+    return n if n >= 0 else None
 
 
 def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s: float):
