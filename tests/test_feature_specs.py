@@ -91,11 +91,11 @@ def record_scenarios(scenarios) -> list[dict]:
     out = []
     number = {d.id: k for k, d in enumerate(sorted(jax.devices(),
                                                     key=lambda d: (d.process_index, d.id)))}
-    for backend, name, num_elements, gbs in scenarios:
+    for backend, name, num_elements, gbs, *load_once in scenarios:
         layout = make_layout(name, jax.devices())
         if backend == "grain":
             loader = jaxload.from_grain(grain.MapDataset.range(num_elements).map(element),
-                                        layout, global_batch_size=gbs)
+                                        layout, global_batch_size=gbs, load_once=bool(load_once))
         else:
             import tensorflow as tf
 
@@ -119,7 +119,8 @@ def record_scenarios(scenarios) -> list[dict]:
 SCENARIOS = {
     (2, 4): [("grain", "seq_across", 40, 8), ("tf", "seq_in_process", 40, 8),
              ("grain", "seq_interleaved", 36, 4)],
-    (4, 2): [("grain", "across", 40, 8), ("grain", "seq_across", 36, 4)],
+    (4, 2): [("grain", "across", 40, 8), ("grain", "seq_across", 36, 4),
+             ("grain", "across", 40, 8, "load_once")],  # loaded once, resharded per feature
 }
 
 
@@ -139,7 +140,7 @@ def test_every_device_holds_its_rows_and_columns(topology):
     processes, local = topology
     results = jaxload.testing.run(record_scenarios, num_processes=processes, local_devices=local,
                                   args=(SCENARIOS[topology],), timeout_s=300)
-    for k, (_, name, num_elements, gbs) in enumerate(SCENARIOS[topology]):
+    for k, (_, name, num_elements, gbs, *_) in enumerate(SCENARIOS[topology]):
         ids_grid, _ = grid(name, processes, local)
         rows_blocks, col_blocks = len(ids_grid), len(ids_grid[0])
         position = {d: (i, j) for i, row in enumerate(ids_grid) for j, d in enumerate(row)}
