@@ -7,7 +7,7 @@ from typing import Any
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
-from jaxload.remainder import DROP
+from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
 
 
 def from_grain(
@@ -22,6 +22,7 @@ def from_grain(
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     load_once: bool = False,
+    record: str | None = None,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched Grain dataset.
 
@@ -58,6 +59,8 @@ def from_grain(
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
         rows on every member. See :meth:`jaxload.Layout.load_once_plan` and the README.
+      record: a top-level feature (e.g. ``"id"``) whose values in each step's batch the
+        loader notes on the host, per loading group: see :meth:`jaxload.Loader.records`.
 
     Example:
       >>> ds = grain.MapDataset.range(1024).map(lambda i: {"x": np.float32(i)})
@@ -68,9 +71,17 @@ def from_grain(
     import grain
 
     check_options(remainder, checks, prefetch)
-    plan = loading_plan(layout, global_batch_size, load_once)
+    physical = padded_batch_size(layout, global_batch_size, remainder)
+    plan = loading_plan(layout, physical, load_once)
+    rows = plan.local_batch_size
+    if physical != global_batch_size:
+        check_padded_options(shard, batched, None if isinstance(ds, grain.MapDataset)
+                             else f"a {type(ds).__name__}")
     if isinstance(ds, grain.MapDataset):
-        if shard:
+        if physical != global_batch_size:  # this group's real rows of each step
+            ds = _real_rows(ds, global_batch_size, plan)
+            rows = max(rows_read(plan, global_batch_size), 1)
+        elif shard:
             ds = ds[plan.shard_index :: plan.shard_count]
         ds = ds.to_iter_dataset()
     elif isinstance(ds, grain.IterDataset):
@@ -85,15 +96,15 @@ def from_grain(
         if shard:
             check_data_loader(ds, plan)
         return Loader(_data_loader_batches(ds), layout, plan, backend="grain.DataLoader",
-                      remainder=remainder, checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+                      remainder=remainder, checks=checks, prefetch=prefetch, timeout_s=timeout_s,
+                      record=record)
     else:
         raise TypeError(
             "from_grain expects a grain.MapDataset, grain.IterDataset or grain.DataLoader, got "
             f"{type(ds).__name__}"
         )
     if not batched:
-        ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
-                      batch_fn=stack_elements)
+        ds = ds.batch(rows, drop_remainder=remainder == DROP, batch_fn=stack_elements)
 
     def local_batches(position: dict | None):
         """This group's batches with Grain's own iterator state after each one."""
@@ -104,7 +115,19 @@ def from_grain(
             yield batch, iterator.get_state()
 
     return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record)
+
+
+def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
+    """The elements of this group's real rows when the global batch is padded: of every
+    ``global_batch_size`` elements, those at this group's rows (none for a group of padding)."""
+    import grain
+
+    start, rows = plan.global_rows[0], rows_read(plan, global_batch_size)
+    full, last = divmod(len(ds), global_batch_size)
+    count = full * rows + min(max(last - start, 0), rows) if rows else 0
+    return grain.MapDataset.range(count).map(
+        lambda k: ds[(k // rows) * global_batch_size + start + k % rows])
 
 
 def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainder: bool = True,
