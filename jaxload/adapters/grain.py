@@ -8,7 +8,7 @@ from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
 from jaxload.passes import Source
-from jaxload.remainder import DROP
+from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
 
 
 def from_grain(
@@ -23,6 +23,7 @@ def from_grain(
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     load_once: bool = False,
+    record: str | None = None,
     read_options: Any = None,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched Grain dataset.
@@ -63,6 +64,8 @@ def from_grain(
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
         rows on every member. See :meth:`jaxload.Layout.load_once_plan` and the README.
+      record: a top-level feature (e.g. ``"id"``) whose values in each step's batch the
+        loader notes on the host, per loading group: see :meth:`jaxload.Loader.records`.
       read_options: a ``grain.ReadOptions`` to read a ``MapDataset``'s batches with Grain's
         thread pool (``batched.to_iter_dataset(read_options)``: each thread builds whole
         batches). Threads help when each element costs real CPU time in Python code that
@@ -80,16 +83,24 @@ def from_grain(
     import grain
 
     check_options(remainder, checks, prefetch)
-    plan = loading_plan(layout, global_batch_size, load_once)
     if read_options is not None and not isinstance(read_options, grain.ReadOptions):
         raise TypeError(f"read_options must be a grain.ReadOptions or None, got "
                         f"{type(read_options).__name__}: {read_options!r:.100}")
+    physical = padded_batch_size(layout, global_batch_size, remainder)
+    plan = loading_plan(layout, physical, load_once)
+    rows = plan.local_batch_size
+    if physical != global_batch_size:
+        check_padded_options(shard, batched, None if isinstance(ds, grain.MapDataset)
+                             else f"a {type(ds).__name__}")
     options = dict(backend="grain", remainder=remainder, checks=checks, prefetch=prefetch,
-                   timeout_s=timeout_s)
+                   timeout_s=timeout_s, record=record)
     if isinstance(ds, grain.MapDataset):
-        if shard and plan.shard_count > 1:  # a slice adds work per element; [0::1] is ds
+        if physical != global_batch_size:  # this group's real rows of each step
+            ds = _real_rows(ds, global_batch_size, plan)
+            rows = max(rows_read(plan, global_batch_size), 1)
+        elif shard and plan.shard_count > 1:  # a slice adds work per element; [0::1] is ds
             ds = ds[plan.shard_index :: plan.shard_count]
-        by_index = ds if batched else _batched_by_index(ds, plan, remainder)
+        by_index = ds if batched else _batched_by_index(ds, rows, remainder)
         if by_index is not None and read_options is None:
             return Loader(_indexed_batches(by_index), layout, plan, **options)
         if by_index is not None:
@@ -108,15 +119,15 @@ def from_grain(
         if shard:
             check_data_loader(ds, plan)
         return Loader(_data_loader_batches(ds), layout, plan, backend="grain.DataLoader",
-                      remainder=remainder, checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+                      remainder=remainder, checks=checks, prefetch=prefetch, timeout_s=timeout_s,
+                      record=record)
     else:
         raise TypeError(
             "from_grain expects a grain.MapDataset, grain.IterDataset or grain.DataLoader, got "
             f"{type(ds).__name__}"
         )
     if not batched:
-        ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
-                      batch_fn=stack_elements)
+        ds = ds.batch(rows, drop_remainder=remainder == DROP, batch_fn=stack_elements)
 
     def local_batches(position: dict | None):
         """This group's batches with Grain's own iterator state after each one."""
@@ -129,6 +140,18 @@ def from_grain(
     return Loader(local_batches, layout, plan, **options)
 
 
+def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
+    """The elements of this group's real rows when the global batch is padded: of every
+    ``global_batch_size`` elements, those at this group's rows (none for a group of padding)."""
+    import grain
+
+    start, rows = plan.global_rows[0], rows_read(plan, global_batch_size)
+    full, last = divmod(len(ds), global_batch_size)
+    count = full * rows + min(max(last - start, 0), rows) if rows else 0
+    return grain.MapDataset.range(count).map(
+        lambda k: ds[(k // rows) * global_batch_size + start + k % rows])
+
+
 def _no_threads():
     """Grain's ReadOptions without a thread pool, for a MapDataset that must be iterated."""
     import grain
@@ -136,12 +159,11 @@ def _no_threads():
     return grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
-def _batched_by_index(ds: Any, plan: Plan, remainder: str) -> Any:
-    """``ds.batch(...)`` on the MapDataset (jaxload's aligned stacking), or None where Grain
+def _batched_by_index(ds: Any, rows: int, remainder: str) -> Any:
+    """``ds.batch(rows)`` on the MapDataset (jaxload's aligned stacking), or None where Grain
     cannot batch it by index (after a ``filter`` or ``flat_map``, which drop elements)."""
     try:
-        return ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
-                        batch_fn=stack_elements)
+        return ds.batch(rows, drop_remainder=remainder == DROP, batch_fn=stack_elements)
     except ValueError as e:
         if "filter" in str(e) or "FlatMap" in str(e):
             return None

@@ -13,7 +13,7 @@ from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
 from jaxload.passes import Source
 from jaxload.protocol import INFINITE
-from jaxload.remainder import DROP
+from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
 
 _service_loaders = itertools.count()  # created in the same order on every process
 # Batches a process requests from the service ahead of its reads. The service gives each batch
@@ -34,6 +34,7 @@ def from_tf_data(
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     load_once: bool = False,
+    record: str | None = None,
     service: str | None = None,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched ``tf.data.Dataset``.
@@ -77,6 +78,8 @@ def from_tf_data(
         processes of one loading group hold identical rows, different groups disjoint ones.
         The service's order is not deterministic, so such a loader cannot ``set_state``; with
         ``remainder="drop"`` each worker also drops its last incomplete batch of an epoch.
+      record: a top-level feature (e.g. ``"id"``) whose values in each step's batch the
+        loader notes on the host, per loading group: see :meth:`jaxload.Loader.records`.
 
     Example:
       >>> ds = tf.data.Dataset.range(1024).map(lambda i: {"x": tf.cast(i, tf.float32)})
@@ -89,7 +92,10 @@ def from_tf_data(
     if not isinstance(ds, tf.data.Dataset):
         raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
     check_options(remainder, checks, prefetch)
-    plan = loading_plan(layout, global_batch_size, load_once or service is not None)
+    physical = padded_batch_size(layout, global_batch_size, remainder)
+    plan = loading_plan(layout, physical, load_once or service is not None)
+    if physical != global_batch_size:
+        check_padded_options(shard, batched, "service=" if service is not None else None)
     if service is not None:
         _check_service_options(service, shard, batched)
     _check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
@@ -97,8 +103,11 @@ def from_tf_data(
         return Loader(_service_batches(ds, service, plan.local_batch_size, remainder, timeout_s),
                       layout, plan, backend="tf.data service", remainder=remainder, checks=checks,
                       prefetch=prefetch, timeout_s=timeout_s,
-                      not_resumable="the tf.data service hands out elements in no fixed order")
-    if shard:
+                      not_resumable="the tf.data service hands out elements in no fixed order",
+                      record=record)
+    if physical != global_batch_size:  # this group's real rows of each step, as batches
+        ds, batched = _real_rows(ds, global_batch_size, plan), True
+    elif shard:
         ds = ds.shard(plan.shard_count, plan.shard_index)
 
     def local_batches(consumed: int | None):
@@ -114,7 +123,21 @@ def from_tf_data(
                       length=_length(batches))
 
     return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record)
+
+
+def _real_rows(ds: Any, global_batch_size: int, plan: Any) -> Any:
+    """Batches of this group's real rows when the global batch is padded: of every
+    ``global_batch_size`` elements, the ones at this group's rows (none for a group of padding).
+    """
+    import tensorflow as tf
+
+    start, rows = plan.global_rows[0], rows_read(plan, global_batch_size)
+    if not rows:
+        return ds.take(0).batch(1)
+    share = ds.batch(global_batch_size).map(
+        lambda b: tf.nest.map_structure(lambda x: x[start : start + rows], b))
+    return share.filter(lambda b: tf.shape(tf.nest.flatten(b)[0])[0] > 0)
 
 
 def _length(ds: Any) -> int | None:
