@@ -89,7 +89,7 @@ def test_sharding_guide_quick():
 def test_resume_example_continues_with_the_same_batches(tmp_path):
     out = launch_example("resume.py", 2, 4, str(tmp_path))
     for p in (0, 1):
-        assert f"[{p}] process {p}: saved loader state {{'next_index': 192}} at step 6" in out
+        assert f"[{p}] process {p}: saved loader state {{'next_batch': 6}} at step 6" in out
     assert (tmp_path / "step_6" / "loader_1.json").exists()
 
 
