@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from jaxload import agreement, check
+from jaxload import state as states
 from jaxload.assemble import build_global, check_local_batch
 from jaxload.layouts import Layout, Plan
 from jaxload.prefetch import prefetched
@@ -37,8 +38,7 @@ from jaxload.stats import Stats, StatsSummary, gather, timed
 PyTree = Any
 
 DEFAULT_TIMEOUT_S = 600.0
-_STATE_FORMAT = "jaxload.loader/1"
-_START = {"step": 0, "position": None}
+_START = states.START
 _MAX_WINDOW = 16  # steps agreed on in one exchange, at most
 _WINDOW_BYTES = 256 * 2**20  # per-process batches read ahead for one exchange, at most
 
@@ -81,10 +81,13 @@ class Loader:
         prefetch: int = 2,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         not_resumable: str | None = None,
+        elastic: states.Elastic = states.NOT_ELASTIC,
     ):
         """``local_batches(position)`` starts a pass at a backend position (None: the start) and
         yields this process's numpy batches, each with the backend position after it (JSON).
-        ``not_resumable``: why ``set_state`` cannot work with this backend, if it cannot."""
+        ``not_resumable``: why ``set_state`` cannot work with this backend, if it cannot.
+        ``elastic``: how the pipeline starts at a global row, for a state from another topology
+        (:class:`jaxload.state.Elastic`)."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self.prefetch = check_prefetch(prefetch)
@@ -104,11 +107,14 @@ class Loader:
         self._backend = backend
         self._timeout_s = timeout_s
         self._not_resumable = not_resumable
+        self._elastic = elastic
         self._id = agreement.next_loader_id()
         self._passes = 0
         self._summaries = 0  # stats(all_processes=True) calls, each one exchange
         self._stats = Stats(jax.process_index())
-        self._position = _START  # where the current (or next) pass stands: step, backend position
+        # where the current (or next) pass stands: step, origin (the global row its pipeline
+        # started at), backend position
+        self._position = _START
         self._resume = _START  # where the next pass starts
 
     def __repr__(self) -> str:
@@ -181,48 +187,35 @@ class Loader:
     def get_state(self) -> dict:
         """The position after the last batch handed out, as a JSON-serializable dict.
 
-        Each process has its own state (its loading group's position). Save it per process, e.g.
-        next to an Orbax checkpoint, and give it to ``set_state`` of a fresh loader built over the
-        same pipeline with the same plan to continue with the same batches on every process.
+        It holds this loading group's backend position and the global row position ``rows``
+        (rows of the pipeline's global order consumed: the same on every process). Save it, e.g.
+        with :mod:`jaxload.checkpoint` in an Orbax checkpoint, and give it to ``set_state`` of a
+        fresh loader over the same pipeline: on the same topology it continues with the same
+        batches on every process; on another one at the same global row (see
+        :mod:`jaxload.state`).
 
         Example:
           >>> state = loader.get_state()
           >>> json.dump(state, open(f"ckpt/loader_{jax.process_index()}.json", "w"))
         """
-        p = self.plan
-        return {
-            "format": _STATE_FORMAT,
-            "backend": self._backend,
-            "plan": {"process_index": p.process_index, "shard_index": p.shard_index,
-                     "shard_count": p.shard_count, "local_batch_size": p.local_batch_size,
-                     "global_batch_size": p.global_batch_size},
-            "remainder": self.remainder,
-            **self._position,
-        }
+        return states.describe(self._backend, self.plan, self.remainder, self._elastic.length,
+                               self._position)
 
     def set_state(self, state: dict) -> None:
         """Makes the next pass continue from ``state`` (from ``get_state``).
 
-        Refuses a state taken with another backend, remainder mode or plan (loading group,
-        batch sizes), naming both values.
+        Under the same plan (loading group, batch sizes) the pass continues exactly where the
+        state's process stood. Under another plan (process count, layout, loading groups, global
+        batch size) a state taken by any process of the old run continues at its global row,
+        where the pipeline can start there exactly (a sharded Grain MapDataset or tf.data
+        pipeline); otherwise it is refused, saying why. A state taken with another backend,
+        remainder mode or dataset length is refused, naming both values.
+
+        Example:
+          >>> loader.set_state(json.load(open("ckpt/loader_0.json")))
         """
-        if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
-            raise ValueError(f"not a jaxload loader state (format {_STATE_FORMAT!r}): {state!r:.200}")
-        if self._not_resumable:
-            raise ValueError(f"a {self._backend} loader cannot resume from a state: "
-                             f"{self._not_resumable}")
-        mine = self.get_state()
-        for key in ("backend", "remainder"):
-            if state[key] != mine[key]:
-                raise ValueError(f"the state was taken with {key}={state[key]!r}, this loader "
-                                 f"has {key}={mine[key]!r}")
-        for key, value in mine["plan"].items():
-            if key != "process_index" and state["plan"][key] != value:
-                raise ValueError(
-                    f"the state was taken under another plan: {key}={state['plan'][key]} in the "
-                    f"state, {key}={value} in this loader's plan. Resume with the same layout, "
-                    "topology and global_batch_size.")
-        self._resume = {"step": state["step"], "position": state["position"]}
+        self._resume = states.resume_point(state, self.get_state(), self._not_resumable,
+                                           self._elastic)
 
     def _global_batches(self, start: dict) -> Iterator[tuple[PyTree, dict, int, str]]:
         """One pass: agree on the next steps, assemble them, check them (the prefetch producer).
@@ -234,7 +227,7 @@ class Loader:
         """
         exchanges = agreement.StepAgreement(f"{self._id}.{self._passes}", self._timeout_s)
         self._passes += 1
-        local_batches = self._local_batches(start["position"])
+        local_batches = self._elastic.pipeline(start, self._local_batches)
         position = start["position"]
         pad = self.remainder == PAD
         # In "pad" mode a process sends a zero-row copy of its batch the first time its
@@ -289,7 +282,7 @@ class Loader:
                     checks = "plan+batch" if step == first_step else "batch"
                 nbytes = sum(leaf.nbytes for leaf in leaves)
                 try:
-                    yield batch, {"step": step + 1, "position": position}, nbytes, checks
+                    yield batch, {**start, "step": step + 1, "position": position}, nbytes, checks
                 except GeneratorExit:
                     # Stopped early (break, or interpreter exit): the other processes expect
                     # this one at the next exchange; tell them this pass is over.

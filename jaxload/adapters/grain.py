@@ -8,6 +8,7 @@ from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
 from jaxload.remainder import DROP
+from jaxload.state import Elastic
 
 
 def from_grain(
@@ -70,9 +71,10 @@ def from_grain(
     check_options(remainder, checks, prefetch)
     plan = loading_plan(layout, global_batch_size, load_once)
     if isinstance(ds, grain.MapDataset):
-        if shard:
-            ds = ds[plan.shard_index :: plan.shard_count]
-        ds = ds.to_iter_dataset()
+        elastic = _map_dataset_elastic(ds, plan, shard, batched, remainder)
+        local_batches = elastic.from_row(0) if elastic.from_row else _batches(
+            _batched((ds[plan.shard_index :: plan.shard_count] if shard else ds)
+                     .to_iter_dataset(), plan, batched, remainder))
     elif isinstance(ds, grain.IterDataset):
         if shard:
             raise ValueError(
@@ -81,20 +83,69 @@ def from_grain(
                 f"(source[{plan.shard_index}::{plan.shard_count}] for this process, from "
                 "layout.plan(global_batch_size)) before .to_iter_dataset(), and pass shard=False."
             )
+        elastic = Elastic(why_not=_NOT_ELASTIC["IterDataset"])
+        local_batches = _batches(_batched(ds, plan, batched, remainder))
     elif isinstance(ds, grain.DataLoader):
         if shard:
             check_data_loader(ds, plan)
         return Loader(_data_loader_batches(ds), layout, plan, backend="grain.DataLoader",
-                      remainder=remainder, checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+                      remainder=remainder, checks=checks, prefetch=prefetch, timeout_s=timeout_s,
+                      elastic=Elastic(why_not=_NOT_ELASTIC["DataLoader"],
+                                      length=_source_length(ds)))
     else:
         raise TypeError(
             "from_grain expects a grain.MapDataset, grain.IterDataset or grain.DataLoader, got "
             f"{type(ds).__name__}"
         )
-    if not batched:
-        ds = ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
-                      batch_fn=stack_elements)
+    return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, elastic=elastic)
 
+
+_NOT_ELASTIC = {
+    "shard=False": "with shard=False the pipeline holds the elements you split off for this "
+                   "loading group, and jaxload cannot tell which elements another split would give "
+                   "each new group; pass the whole MapDataset with shard=True so that jaxload "
+                   "slices it",
+    "batched": "with batched=True the elements are whole batches of the old local_batch_size; pass "
+               "the unbatched MapDataset so that jaxload can slice it at a row",
+    "IterDataset": "a grain.IterDataset cannot start at a given element without reading every "
+                   "element before it, and its split over loading groups is yours; pass its "
+                   "source MapDataset (with shard=True) so that jaxload can slice it",
+    "DataLoader": "a grain.DataLoader's IndexSampler hands each shard a consecutive piece of the "
+                  "records, so its order depends on shard_count, and its workers interleave "
+                  "batches; a position under one topology has no counterpart under another. Pass "
+                  "a grain.MapDataset (shuffled with .shuffle(seed) if wanted) to from_grain, "
+                  "which jaxload can slice at a row",
+}
+
+
+def _map_dataset_elastic(ds: Any, plan: Plan, shard: bool, batched: bool,
+                         remainder: str) -> Elastic:
+    """A MapDataset's pipeline from any global row: ``ds[rows:][k::K]``, batched."""
+    if not shard or batched:
+        return Elastic(why_not=_NOT_ELASTIC["batched" if batched else "shard=False"],
+                       length=len(ds))
+
+    def from_row(rows: int):
+        group = _from_row(ds, rows, plan).to_iter_dataset()
+        return _batches(_batched(group, plan, batched, remainder))
+
+    return Elastic(from_row=from_row, length=len(ds))
+
+
+def _from_row(ds: Any, rows: int, plan: Plan) -> Any:
+    """This loading group's share of the MapDataset's global order from row ``rows`` on."""
+    return ds[rows:][plan.shard_index :: plan.shard_count]
+
+
+def _batched(ds: Any, plan: Plan, batched: bool, remainder: str) -> Any:
+    if batched:
+        return ds
+    return ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
+                    batch_fn=stack_elements)
+
+
+def _batches(ds: Any):
     def local_batches(position: dict | None):
         """This group's batches with Grain's own iterator state after each one."""
         iterator = iter(ds)
@@ -103,8 +154,14 @@ def from_grain(
         for batch in iterator:
             yield batch, iterator.get_state()
 
-    return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+    return local_batches
+
+
+def _source_length(loader: Any) -> int | None:
+    try:
+        return len(loader._data_source)
+    except TypeError:
+        return None
 
 
 def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainder: bool = True,

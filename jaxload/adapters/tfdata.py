@@ -12,6 +12,7 @@ from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
 from jaxload.remainder import DROP
+from jaxload.state import Elastic
 
 _service_loaders = itertools.count()  # created in the same order on every process
 # Batches a process requests from the service ahead of its reads. The service gives each batch
@@ -96,22 +97,45 @@ def from_tf_data(
                       layout, plan, backend="tf.data service", remainder=remainder, checks=checks,
                       prefetch=prefetch, timeout_s=timeout_s,
                       not_resumable="the tf.data service hands out elements in no fixed order")
-    if shard:
-        ds = ds.shard(plan.shard_count, plan.shard_index)
 
-    def local_batches(consumed: int | None):
-        """This group's batches, resuming after ``consumed`` batches (skip-by-count: exact for
-        a deterministic pipeline; the skipped elements are still read)."""
-        consumed = consumed or 0
-        rows = 1 if batched else plan.local_batch_size
-        pipeline = ds.skip(consumed * rows) if consumed else ds
-        if not batched:
-            pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
-        batches = pipeline.prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
-        return zip(batches, itertools.count(consumed + 1))
+    def from_row(rows: int):
+        """This group's batches from global row ``rows`` on, resuming after ``consumed``
+        batches (skip-by-count: exact for a deterministic pipeline; skipped elements are read)."""
+        group = _from_row(ds, rows, plan) if shard else ds
 
-    return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s)
+        def local_batches(consumed: int | None):
+            consumed = consumed or 0
+            elements = 1 if batched else plan.local_batch_size
+            pipeline = group.skip(consumed * elements) if consumed else group
+            if not batched:
+                pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
+            batches = pipeline.prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
+            return zip(batches, itertools.count(consumed + 1))
+
+        return local_batches
+
+    length = int(ds.cardinality())
+    elastic = Elastic(from_row=from_row, length=length if length >= 0 else None)
+    if not shard or batched:
+        elastic = Elastic(why_not=_NOT_ELASTIC["batched" if batched else "shard=False"],
+                          length=elastic.length)
+    return Loader(from_row(0), layout, plan, backend="tf.data", remainder=remainder,
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, elastic=elastic)
+
+
+_NOT_ELASTIC = {
+    "shard=False": "with shard=False the pipeline yields the elements you split off for this "
+                   "loading group, and jaxload cannot tell which elements another split would give "
+                   "each new group; pass the whole dataset with shard=True so that jaxload "
+                   "shards it",
+    "batched": "with batched=True the elements are whole batches of the old local_batch_size; pass "
+               "the unbatched dataset so that jaxload can start it at a row",
+}
+
+
+def _from_row(ds: Any, rows: int, plan: Any) -> Any:
+    """This loading group's share of the dataset's global order from row ``rows`` on."""
+    return (ds.skip(rows) if rows else ds).shard(plan.shard_count, plan.shard_index)
 
 
 def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s: float):

@@ -1,0 +1,147 @@
+"""Loader states: what ``Loader.get_state`` records and how ``set_state`` continues from one.
+
+A state records two positions:
+
+- the **backend position** (a Grain iterator state, a count of tf.data batches, ...): where this
+  loading group's pipeline stands. It continues exactly on the same topology.
+- the **global row position** ``rows``: how many rows of the pipeline's global (unsharded) order
+  were consumed. jaxload's sharding makes step ``s`` of every layout consume exactly rows
+  ``[s * G, (s + 1) * G)`` of that order (``G`` the global batch size): loading group ``k`` of
+  ``K`` takes elements ``k + K * j``, ``local_batch_size = G / K`` of them per step, so the ``K``
+  groups' batches of step ``s`` together are the block ``[s * G, (s + 1) * G)``. The same
+  position is therefore recorded by every process, and it means the same on any topology.
+
+``set_state`` continues a state exactly where the plan is the same (loading group, batch sizes):
+with the backend position, as before. Under another plan (another process count, layout, set of
+loading groups or global batch size) it restarts the pipeline at global row ``rows``: the
+remaining rows ``rows, rows + 1, ...`` are sharded over the new loading groups
+(``ds[rows:][k::K]`` for a Grain MapDataset, ``ds.skip(rows).shard(K, k)`` for tf.data). That
+needs a pipeline the loader can slice at a row (:class:`Elastic`); the others are refused with
+the reason and what to do instead.
+
+Across the interruption, with ``remainder="pad"`` every element is delivered exactly once (the
+masked-in rows), and with ``"drop"`` no element twice: only the new run's last incomplete batch is
+missing, as in any epoch.
+
+Example:
+  >>> state = loader.get_state()            # on any process of a 2-process run, global batch 64
+  >>> state["rows"]
+  384
+  >>> bigger = jaxload.from_grain(ds, layout, global_batch_size=96)   # on 4 processes
+  >>> bigger.set_state(state)               # continues at row 384 of ds
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+FORMAT = "jaxload.loader/2"
+_OLD_FORMATS = ("jaxload.loader/1",)  # same-plan resume only: no global row position
+START = {"step": 0, "origin": 0, "position": None}
+# A loading group's pipeline: local_batches(backend position) -> (batch, position after it)...
+LocalBatches = Callable[[Any], Iterator[tuple[Any, Any]]]
+_PLAN_KEYS = ("shard_index", "shard_count", "local_batch_size", "global_batch_size")
+_SAME_PLAN = ("Resume with the same layout, process count and global_batch_size, where the "
+              "backend position continues exactly.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Elastic:
+    """Whether, and how, a loader's pipeline can start at a global row (another topology).
+
+    Attributes:
+      from_row: ``from_row(rows)`` is this loading group's ``local_batches`` for the pipeline's
+        global order from row ``rows`` on, sharded and batched as for row 0; None if the
+        pipeline cannot be repositioned exactly.
+      why_not: why it cannot, and what to do instead (required when ``from_row`` is None).
+      length: the pipeline's number of elements where known, checked on resume.
+
+    Example:
+      >>> Elastic(from_row=lambda rows: batches(ds[rows:][k::K]), length=len(ds))
+      >>> Elastic(why_not="with shard=False the split over loading groups is yours ...")
+    """
+
+    from_row: Callable[[int], LocalBatches] | None = None
+    why_not: str | None = None
+    length: int | None = None
+
+    def __post_init__(self):
+        if self.from_row is None and not self.why_not:
+            raise ValueError("Elastic needs from_row, or why_not saying why the pipeline cannot "
+                             "start at a global row")
+        if self.length is not None and (not isinstance(self.length, int) or self.length < 0):
+            raise ValueError(f"Elastic.length must be an int >= 0 or None, got {self.length!r}")
+
+    def pipeline(self, start: dict, first: LocalBatches) -> Iterator[tuple[Any, Any]]:
+        """The pass starting at ``start`` (``origin``, backend ``position``); ``first`` is the
+        pipeline from row 0."""
+        source = first if not start["origin"] else self.from_row(start["origin"])
+        return source(start["position"])
+
+
+NOT_ELASTIC = Elastic(why_not="this loader's pipeline cannot start at a given global row")
+
+
+def rows_consumed(position: dict, global_batch_size: int) -> int:
+    """Global rows consumed at ``position`` (``origin``: the row its pipeline started at)."""
+    return position["origin"] + position["step"] * global_batch_size
+
+
+def describe(backend: str, plan: Any, remainder: str, length: int | None, position: dict) -> dict:
+    """The JSON-serializable state of a loader at ``position`` (``step``, ``origin``,
+    backend ``position``)."""
+    return {
+        "format": FORMAT,
+        "backend": backend,
+        "plan": {"process_index": plan.process_index,
+                 **{key: getattr(plan, key) for key in _PLAN_KEYS}},
+        "remainder": remainder,
+        "length": length,
+        "rows": rows_consumed(position, plan.global_batch_size),
+        **position,
+    }
+
+
+def resume_point(state: Any, mine: dict, not_resumable: str | None, elastic: Elastic) -> dict:
+    """Where a loader whose own state is ``mine`` continues from ``state``: the start of its next
+    pass (``step``, ``origin``, backend ``position``). Raises a ValueError naming what differs.
+    """
+    check_format(state)
+    if not_resumable:
+        raise ValueError(f"a {mine['backend']} loader cannot resume from a state: {not_resumable}")
+    check_unchanged(state, mine)
+    changed = [(key, state["plan"][key], mine["plan"][key]) for key in _PLAN_KEYS
+               if state["plan"][key] != mine["plan"][key]]
+    if not changed:
+        return {"step": state["step"], "origin": state.get("origin", 0),
+                "position": state["position"]}
+    key, was, now = changed[0]
+    other = (f"the state was taken under another plan: {key}={was} in the state, {key}={now} "
+             "in this loader's plan")
+    if elastic.from_row is None:
+        raise ValueError(f"{other}. Continuing on another topology restarts the pipeline at the "
+                         f"state's global row, which this loader cannot do: {elastic.why_not}. "
+                         f"{_SAME_PLAN}")
+    if "rows" not in state:
+        raise ValueError(f"{other}, and the state ({state['format']}) has no global row position "
+                         f"to continue from on another topology. {_SAME_PLAN}")
+    return {"step": 0, "origin": state["rows"], "position": None}
+
+
+def check_format(state: Any) -> None:
+    if not isinstance(state, dict) or state.get("format") not in (FORMAT, *_OLD_FORMATS):
+        raise ValueError(f"not a jaxload loader state (format {FORMAT!r}): {state!r:.200}")
+
+
+def check_unchanged(state: dict, mine: dict) -> None:
+    """What no resume can change: the backend, the remainder mode, the pipeline's length."""
+    for key in ("backend", "remainder", "length"):
+        was, now = state.get(key), mine[key]
+        if key == "length" and (was is None or now is None):
+            continue  # unknown on one side (e.g. tf.data of a generator): not comparable
+        if was != now:
+            raise ValueError(f"the state was taken with {key}={was!r}, this loader has "
+                             f"{key}={now!r}; a state continues only the same pipeline, "
+                             "backend and remainder mode")
