@@ -57,6 +57,8 @@ class Elastic:
         pipeline cannot be repositioned exactly.
       why_not: why it cannot, and what to do instead (required when ``from_row`` is None).
       length: the pipeline's number of elements where known, checked on resume.
+      refuses: ``refuses(state)`` says why a given state from another plan cannot be
+        continued even so (e.g. a sampler whose order depends on the number of shards).
 
     Example:
       >>> Elastic(from_row=lambda rows: batches(ds[rows:][k::K]), length=len(ds))
@@ -66,6 +68,7 @@ class Elastic:
     from_row: Callable[[int], LocalBatches] | None = None
     why_not: str | None = None
     length: int | None = None
+    refuses: Callable[[dict], str | None] | None = None
 
     def __post_init__(self):
         if self.from_row is None and not self.why_not:
@@ -111,22 +114,25 @@ def resume_point(state: Any, mine: dict, not_resumable: str | None, elastic: Ela
     check_format(state)
     if not_resumable:
         raise ValueError(f"a {mine['backend']} loader cannot resume from a state: {not_resumable}")
-    check_unchanged(state, mine)
+    check_unchanged(state, mine, ("backend", "remainder"))
     changed = [(key, state["plan"][key], mine["plan"][key]) for key in _PLAN_KEYS
                if state["plan"][key] != mine["plan"][key]]
     if not changed:
+        check_unchanged(state, mine, ("length",))
         return {"step": state["step"], "origin": state.get("origin", 0),
                 "position": state["position"]}
-    key, was, now = changed[0]
-    other = (f"the state was taken under another plan: {key}={was} in the state, {key}={now} "
-             "in this loader's plan")
-    if elastic.from_row is None:
+    other = "the state was taken under another plan: " + "; ".join(
+        f"{key}={was} in the state, {key}={now} in this loader's plan" for key, was, now in changed)
+    why_not = elastic.why_not if elastic.from_row is None else (
+        elastic.refuses and elastic.refuses(state))
+    if why_not:
         raise ValueError(f"{other}. Continuing on another topology restarts the pipeline at the "
-                         f"state's global row, which this loader cannot do: {elastic.why_not}. "
+                         f"state's global row, which this loader cannot do: {why_not}. "
                          f"{_SAME_PLAN}")
     if "rows" not in state:
         raise ValueError(f"{other}, and the state ({state['format']}) has no global row position "
                          f"to continue from on another topology. {_SAME_PLAN}")
+    check_unchanged(state, mine, ("length",))
     return {"step": 0, "origin": state["rows"], "position": None}
 
 
@@ -135,9 +141,9 @@ def check_format(state: Any) -> None:
         raise ValueError(f"not a jaxload loader state (format {FORMAT!r}): {state!r:.200}")
 
 
-def check_unchanged(state: dict, mine: dict) -> None:
+def check_unchanged(state: dict, mine: dict, keys: tuple[str, ...]) -> None:
     """What no resume can change: the backend, the remainder mode, the pipeline's length."""
-    for key in ("backend", "remainder", "length"):
+    for key in keys:
         was, now = state.get(key), mine[key]
         if key == "length" and (was is None or now is None):
             continue  # unknown on one side (e.g. tf.data of a generator): not comparable

@@ -187,3 +187,106 @@ def test_a_chain_of_topologies_continues_at_the_global_row(chain, case):
         assert sorted(everything) == list(range(N))
     else:  # only D's last, incomplete batch is missing
         assert set(order) - set(everything) == set(order[200:])
+
+
+# Single-process checks of what is accepted and refused, and of Orbax's validation.
+
+def grain_ds(n: int = 64):
+    return grain.MapDataset.range(n).map(lambda i: {"id": np.int32(i)})
+
+
+def state_after(loader, steps: int) -> dict:
+    batches = iter(loader)
+    for _ in range(steps):
+        next(batches)
+    return json.loads(json.dumps(loader.get_state()))
+
+
+def test_a_data_loader_continues_at_its_sampler_index_with_another_batch_size():
+    from placement import make_data_loader
+
+    layout = jaxload.data_parallel()
+    before = jaxload.from_grain(make_data_loader(layout, 100, 16), layout, global_batch_size=16)
+    batches = iter(before)
+    next(batches), next(batches)
+    state = before.get_state()
+    rest = np.concatenate([np.asarray(b["id"]) for b in batches])  # rows 32..95, 16 at a time
+    after = jaxload.from_grain(make_data_loader(layout, 100, 32), layout, global_batch_size=32)
+    after.set_state(state)
+    got = [np.asarray(b["id"]) for b in after]  # rows 32..95 again; 96..99 do not fill a batch
+    np.testing.assert_array_equal(np.concatenate(got), rest)
+    assert len(got) == 2
+
+
+def test_states_that_cannot_continue_on_another_topology_are_refused():
+    from placement import make_data_loader, make_dataset
+
+    layout = jaxload.data_parallel()
+    state = state_after(jaxload.from_grain(grain_ds(), layout, global_batch_size=16), 1)
+    refusals = {
+        "with shard=False the pipeline holds the elements you split off":
+            jaxload.from_grain(grain_ds(), layout, global_batch_size=32, shard=False),
+        "a grain.IterDataset cannot start at a given element":
+            jaxload.from_grain(grain_ds().to_iter_dataset(), layout, global_batch_size=32,
+                               shard=False),
+        "with batched=True the elements are whole batches":
+            jaxload.from_grain(grain_ds().batch(32), layout, global_batch_size=32, batched=True),
+    }
+    for match, loader in refusals.items():
+        with pytest.raises(ValueError, match=r"global_batch_size=16 in the state, "
+                           r"global_batch_size=32 in this loader's plan\. .*" + match):
+            loader.set_state(state)
+    tf_state = state_after(jaxload.from_tf_data(make_dataset("tf", range(64)), layout,
+                                                global_batch_size=16), 1)
+    with pytest.raises(ValueError, match="with shard=False the pipeline yields the elements"):
+        jaxload.from_tf_data(make_dataset("tf", range(64)), layout, global_batch_size=32,
+                             shard=False).set_state(tf_state)
+    dl_state = state_after(jaxload.from_grain(make_data_loader(layout, 64, 16), layout,
+                                              global_batch_size=16), 1)
+    with pytest.raises(ValueError, match=r"the grain.DataLoader has worker_count > 0"):
+        jaxload.from_grain(make_data_loader(layout, 64, 32, worker_count=1), layout,
+                           global_batch_size=32).set_state(dl_state)
+    two_groups = {**dl_state, "plan": {**dl_state["plan"], "shard_count": 2}}
+    with pytest.raises(ValueError, match=r"depends on shard_count \(2 in the state, 1 here\)"):
+        jaxload.from_grain(make_data_loader(layout, 64, 32), layout,
+                           global_batch_size=32).set_state(two_groups)
+    old = {k: v for k, v in state.items() if k not in ("rows", "origin", "length")}
+    with pytest.raises(ValueError, match="has no global row position"):
+        jaxload.from_grain(grain_ds(), layout, global_batch_size=32).set_state(
+            {**old, "format": "jaxload.loader/1"})
+
+
+def test_orbax_restore_names_what_changed(tmp_path):
+    import orbax.checkpoint as ocp
+
+    layout = jaxload.data_parallel()
+    loader = jaxload.from_grain(grain_ds(), layout, global_batch_size=16)
+    state_after(loader, 2)
+    manager = ocp.CheckpointManager(tmp_path)
+    manager.save(2, args=ocp.args.Composite(data=jaxload.checkpoint.CheckpointSave(loader)))
+    manager.wait_until_finished()
+    assert manager.item_metadata(2)["data"]["rows"] == 32
+    changed = {
+        r"remainder='drop', this loader has remainder='pad'":
+            jaxload.from_grain(grain_ds(), layout, global_batch_size=16, remainder="pad"),
+        r"length=64, this loader has length=80":
+            jaxload.from_grain(grain_ds(80), layout, global_batch_size=16),
+        r"backend='grain', this loader has backend='tf.data'":
+            jaxload.from_tf_data(__import__("tensorflow").data.Dataset.range(64), layout,
+                                 global_batch_size=16),
+    }
+    for match, other in changed.items():
+        with pytest.raises(ValueError, match=match):
+            manager.restore(2, args=ocp.args.Composite(
+                data=jaxload.checkpoint.CheckpointRestore(other)))
+    with pytest.raises(TypeError, match="CheckpointSave expects a jaxload.Loader, got list"):
+        jaxload.checkpoint.CheckpointSave([])
+
+
+def test_import_jaxload_does_not_import_orbax():
+    import subprocess
+    import sys
+
+    code = ("import sys, jaxload; assert 'orbax.checkpoint' not in sys.modules; "
+            "jaxload.checkpoint.CheckpointHandler; assert 'orbax.checkpoint' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

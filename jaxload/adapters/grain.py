@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from jaxload.adapters.stack import stack_elements
@@ -88,10 +89,10 @@ def from_grain(
     elif isinstance(ds, grain.DataLoader):
         if shard:
             check_data_loader(ds, plan)
-        return Loader(_data_loader_batches(ds), layout, plan, backend="grain.DataLoader",
-                      remainder=remainder, checks=checks, prefetch=prefetch, timeout_s=timeout_s,
-                      elastic=Elastic(why_not=_NOT_ELASTIC["DataLoader"],
-                                      length=_source_length(ds)))
+        return Loader(_data_loader_batches(ds, plan, 0), layout, plan,
+                      backend="grain.DataLoader", remainder=remainder, checks=checks,
+                      prefetch=prefetch, timeout_s=timeout_s,
+                      elastic=_data_loader_elastic(ds, plan, shard))
     else:
         raise TypeError(
             "from_grain expects a grain.MapDataset, grain.IterDataset or grain.DataLoader, got "
@@ -111,11 +112,18 @@ _NOT_ELASTIC = {
     "IterDataset": "a grain.IterDataset cannot start at a given element without reading every "
                    "element before it, and its split over loading groups is yours; pass its "
                    "source MapDataset (with shard=True) so that jaxload can slice it",
-    "DataLoader": "a grain.DataLoader's IndexSampler hands each shard a consecutive piece of the "
-                  "records, so its order depends on shard_count, and its workers interleave "
-                  "batches; a position under one topology has no counterpart under another. Pass "
-                  "a grain.MapDataset (shuffled with .shuffle(seed) if wanted) to from_grain, "
-                  "which jaxload can slice at a row",
+    "DataLoader": "a grain.DataLoader's IndexSampler hands each of the shard_count shards a "
+                  "consecutive piece of the records, so its order depends on shard_count "
+                  "({was} in the state, {now} here) and a position under one has no counterpart "
+                  "under the other. Keep the number of loading groups, or pass a grain.MapDataset "
+                  "(shuffled with .shuffle(seed) if wanted) to from_grain, which jaxload can "
+                  "slice at any row",
+    "workers": "the grain.DataLoader {which} worker_count > 0, whose workers interleave their "
+               "batches, so the rows consumed are not a prefix of the sampler's order; use "
+               "worker_count=0, or pass a grain.MapDataset to from_grain",
+    "DataLoader shard=False": "with shard=False the grain.DataLoader's sharding is yours, and "
+                              "jaxload cannot tell which records another one would give each "
+                              "new group; shard it with jaxload.grain_shard_options",
 }
 
 
@@ -209,14 +217,46 @@ def check_data_loader(loader: Any, plan: Plan) -> None:
         )
 
 
-def _data_loader_batches(loader: Any):
-    """Batches of a grain.DataLoader with its iterator state (JSON text) after each one."""
+def _data_loader_elastic(loader: Any, plan: Plan, shard: bool) -> Elastic:
+    """A grain.DataLoader continues at a global row where its sampler allows it: the same
+    number of loading groups (the IndexSampler's order depends on it) and no workers."""
+    length = _source_length(loader)
+    if not shard:
+        return Elastic(why_not=_NOT_ELASTIC["DataLoader shard=False"], length=length)
+    if loader.multiprocessing_options.num_workers:
+        return Elastic(why_not=_NOT_ELASTIC["workers"].format(which="has"), length=length)
+
+    def refuses(state: dict) -> str | None:
+        was = state["plan"]["shard_count"]
+        if was != plan.shard_count:
+            return _NOT_ELASTIC["DataLoader"].format(was=was, now=plan.shard_count)
+        if state["position"] and json.loads(state["position"])["worker_count"]:
+            return _NOT_ELASTIC["workers"].format(which="of the state had")
+        return None
+
+    return Elastic(from_row=lambda rows: _data_loader_batches(loader, plan, rows),
+                   refuses=refuses, length=length)
+
+
+def _data_loader_batches(loader: Any, plan: Plan, rows: int):
+    """Batches of a grain.DataLoader with its iterator state (JSON text) after each one,
+    from global row ``rows`` on (sampler index ``rows + shard_index``, no workers)."""
 
     def local_batches(position: str | None):
         iterator = iter(loader)
         if position is not None:
             iterator.set_state(position.encode())
+        elif rows:
+            iterator.set_state(_at_sampler_index(iterator.get_state(), rows, plan))
         for batch in iterator:
             yield batch, iterator.get_state().decode()
 
     return local_batches
+
+
+def _at_sampler_index(state: bytes, rows: int, plan: Plan) -> bytes:
+    """A DataLoader iterator state (no workers) whose next sampler index is
+    ``rows + shard_index``: group ``k`` of ``K`` reads indices ``k + K * j``."""
+    moved = json.loads(state)
+    moved["last_seen_indices"] = {"0": rows + plan.shard_index - plan.shard_count}
+    return json.dumps(moved).encode()
