@@ -6,6 +6,11 @@ pipeline raised. From the same reports every process takes the same decision: ho
 exist, whether to end the epoch (see :mod:`jaxload.remainder`), or to raise. So a process that
 runs out of data early never leaves the others blocked in a collective, and a process that fails
 stops the others with its error. One exchange covers a window of up to 16 steps.
+
+``get_state``/``set_state`` record and restore where a pass stands: the backend's position, for an
+exact resume on the same plan, and the global row position, for a resume on another topology
+(:mod:`jaxload.state`); an adapter supplies how its pipeline starts at a global row
+(:class:`jaxload.state.Elastic`). :mod:`jaxload.checkpoint` puts the state in Orbax checkpoints.
 """
 
 from __future__ import annotations

@@ -218,6 +218,24 @@ def test_a_data_loader_continues_at_its_sampler_index_with_another_batch_size():
     assert len(got) == 2
 
 
+def test_a_filtered_tf_data_pipeline_continues_at_its_global_row():
+    import tensorflow as tf
+
+    def kept(i):
+        return i % 3 != 0
+
+    def element(i):
+        return {"id": i}
+
+    ds = tf.data.Dataset.range(100).filter(kept).map(element)
+    layout = jaxload.data_parallel()
+    state = state_after(jaxload.from_tf_data(ds, layout, global_batch_size=8, remainder="pad"), 2)
+    after = jaxload.from_tf_data(ds, layout, global_batch_size=16, remainder="pad")
+    after.set_state(state)
+    got = np.concatenate([np.asarray(b["id"])[np.asarray(b["mask"])] for b in after])
+    np.testing.assert_array_equal(got, [i for i in range(100) if i % 3 != 0][16:])
+
+
 def test_states_that_cannot_continue_on_another_topology_are_refused():
     from placement import make_data_loader, make_dataset
 
@@ -250,6 +268,11 @@ def test_states_that_cannot_continue_on_another_topology_are_refused():
     with pytest.raises(ValueError, match=r"depends on shard_count \(2 in the state, 1 here\)"):
         jaxload.from_grain(make_data_loader(layout, 64, 32), layout,
                            global_batch_size=32).set_state(two_groups)
+    kept = grain_ds(100).filter(lambda e: e["id"] % 3 != 0)
+    with pytest.raises(ValueError, match="the MapDataset drops elements .filter.: the state's "
+                       "loading group read 24 indices for 16 rows"):
+        jaxload.from_grain(kept, layout, global_batch_size=16).set_state(
+            state_after(jaxload.from_grain(kept, layout, global_batch_size=8), 2))
     old = {k: v for k, v in state.items() if k not in ("rows", "origin", "length")}
     with pytest.raises(ValueError, match="has no global row position"):
         jaxload.from_grain(grain_ds(), layout, global_batch_size=32).set_state(

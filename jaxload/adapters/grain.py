@@ -66,6 +66,10 @@ def from_grain(
       >>> loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=128)
       >>> next(iter(loader))["x"].shape
       (128,)
+
+    Resuming: ``loader.get_state()`` / ``set_state`` continue exactly on the same plan, and on
+    another topology at the state's global row (``ds[rows:][k::K]``) for a sharded, unbatched
+    MapDataset, or a DataLoader where its sampler allows it (see :mod:`jaxload.state`).
     """
     import grain
 
@@ -138,7 +142,20 @@ def _map_dataset_elastic(ds: Any, plan: Plan, shard: bool, batched: bool,
         group = _from_row(ds, rows, plan).to_iter_dataset()
         return _batches(_batched(group, plan, batched, remainder))
 
-    return Elastic(from_row=from_row, length=len(ds))
+    return Elastic(from_row=from_row, refuses=_filtered, length=len(ds))
+
+
+def _filtered(state: dict) -> str | None:
+    """A MapDataset that filters elements reads more indices than it delivers rows, so the rows
+    consumed are no prefix of its order (seen in the state's own loading group)."""
+    read = (state.get("position") or {}).get("next_index", 0)
+    rows = state["step"] * state["plan"]["local_batch_size"]
+    if read <= rows:
+        return None
+    return (f"the MapDataset drops elements (filter): the state's loading group read {read} "
+            f"indices for {rows} rows, so the rows consumed are not a prefix of its order; "
+            "make the kept elements a MapDataset of their own (e.g. grain.MapDataset.source of "
+            "the kept indices, then .map), or resume on the same topology")
 
 
 def _from_row(ds: Any, rows: int, plan: Plan) -> Any:

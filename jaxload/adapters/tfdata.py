@@ -82,6 +82,10 @@ def from_tf_data(
       >>> loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=128)
       >>> next(iter(loader))["x"].shape
       (128,)
+
+    Resuming: ``loader.get_state()`` / ``set_state`` continue exactly on the same plan, and on
+    another topology at the state's global row (``ds.skip(rows).shard(K, k)``) when jaxload
+    shards the unbatched dataset (see :mod:`jaxload.state`).
     """
     import tensorflow as tf
 
