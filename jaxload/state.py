@@ -87,6 +87,24 @@ class Elastic:
 NOT_ELASTIC = Elastic(why_not="this loader's pipeline cannot start at a given global row")
 
 
+def why_not_sliceable(shard: bool, batched: bool, whole: str) -> str | None:
+    """Why a pipeline passed with ``shard=False`` or ``batched=True`` cannot start at a global
+    row; ``whole`` names what to pass instead.
+
+    Example:
+      >>> why_not_sliceable(False, False, "the whole dataset")
+      'with shard=False the pipeline holds the elements you split off ...'
+    """
+    if batched:
+        return ("with batched=True the elements are whole batches of the old local_batch_size; "
+                f"pass {whole} unbatched so that jaxload can start it at a row")
+    if not shard:
+        return ("with shard=False the pipeline holds the elements you split off for this loading "
+                "group, and jaxload cannot tell which elements another split would give each new "
+                f"group; pass {whole} with shard=True so that jaxload shards it")
+    return None
+
+
 def rows_consumed(position: dict, global_batch_size: int) -> int:
     """Global rows consumed at ``position`` (``origin``: the row its pipeline started at)."""
     return position["origin"] + position["step"] * global_batch_size

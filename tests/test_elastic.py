@@ -256,7 +256,7 @@ def test_states_that_cannot_continue_on_another_topology_are_refused():
             loader.set_state(state)
     tf_state = state_after(jaxload.from_tf_data(make_dataset("tf", range(64)), layout,
                                                 global_batch_size=16), 1)
-    with pytest.raises(ValueError, match="with shard=False the pipeline yields the elements"):
+    with pytest.raises(ValueError, match="with shard=False the pipeline holds the elements"):
         jaxload.from_tf_data(make_dataset("tf", range(64)), layout, global_batch_size=32,
                              shard=False).set_state(tf_state)
     dl_state = state_after(jaxload.from_grain(make_data_loader(layout, 64, 16), layout,

@@ -9,7 +9,7 @@ from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
 from jaxload.remainder import DROP
-from jaxload.state import Elastic
+from jaxload.state import Elastic, why_not_sliceable
 
 
 def from_grain(
@@ -107,12 +107,6 @@ def from_grain(
 
 
 _NOT_ELASTIC = {
-    "shard=False": "with shard=False the pipeline holds the elements you split off for this "
-                   "loading group, and jaxload cannot tell which elements another split would give "
-                   "each new group; pass the whole MapDataset with shard=True so that jaxload "
-                   "slices it",
-    "batched": "with batched=True the elements are whole batches of the old local_batch_size; pass "
-               "the unbatched MapDataset so that jaxload can slice it at a row",
     "IterDataset": "a grain.IterDataset cannot start at a given element without reading every "
                    "element before it, and its split over loading groups is yours; pass its "
                    "source MapDataset (with shard=True) so that jaxload can slice it",
@@ -134,9 +128,9 @@ _NOT_ELASTIC = {
 def _map_dataset_elastic(ds: Any, plan: Plan, shard: bool, batched: bool,
                          remainder: str) -> Elastic:
     """A MapDataset's pipeline from any global row: ``ds[rows:][k::K]``, batched."""
-    if not shard or batched:
-        return Elastic(why_not=_NOT_ELASTIC["batched" if batched else "shard=False"],
-                       length=len(ds))
+    why_not = why_not_sliceable(shard, batched, "the whole MapDataset")
+    if why_not:
+        return Elastic(why_not=why_not, length=len(ds))
 
     def from_row(rows: int):
         group = _from_row(ds, rows, plan).to_iter_dataset()

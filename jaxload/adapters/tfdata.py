@@ -12,7 +12,7 @@ from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
 from jaxload.remainder import DROP
-from jaxload.state import Elastic
+from jaxload.state import Elastic, why_not_sliceable
 
 _service_loaders = itertools.count()  # created in the same order on every process
 # Batches a process requests from the service ahead of its reads. The service gives each batch
@@ -119,22 +119,11 @@ def from_tf_data(
         return local_batches
 
     length = int(ds.cardinality())
-    elastic = Elastic(from_row=from_row, length=length if length >= 0 else None)
-    if not shard or batched:
-        elastic = Elastic(why_not=_NOT_ELASTIC["batched" if batched else "shard=False"],
-                          length=elastic.length)
+    why_not = why_not_sliceable(shard, batched, "the whole dataset")
+    elastic = Elastic(from_row=None if why_not else from_row, why_not=why_not,
+                      length=length if length >= 0 else None)
     return Loader(from_row(0), layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s, elastic=elastic)
-
-
-_NOT_ELASTIC = {
-    "shard=False": "with shard=False the pipeline yields the elements you split off for this "
-                   "loading group, and jaxload cannot tell which elements another split would give "
-                   "each new group; pass the whole dataset with shard=True so that jaxload "
-                   "shards it",
-    "batched": "with batched=True the elements are whole batches of the old local_batch_size; pass "
-               "the unbatched dataset so that jaxload can start it at a row",
-}
 
 
 def _from_row(ds: Any, rows: int, plan: Any) -> Any:
