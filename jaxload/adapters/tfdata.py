@@ -100,7 +100,9 @@ def from_tf_data(
         return Loader(_service_batches(ds, service, plan.local_batch_size, remainder, timeout_s),
                       layout, plan, backend="tf.data service", remainder=remainder, checks=checks,
                       prefetch=prefetch, timeout_s=timeout_s,
-                      not_resumable="the tf.data service hands out elements in no fixed order")
+                      not_resumable="the tf.data service hands out elements in no fixed order, so "
+                      "no position names the elements still to come; to resume (also on another "
+                      "topology), load without service=")
 
     def from_row(rows: int):
         """This group's batches from global row ``rows`` on, resuming after ``consumed``
