@@ -137,8 +137,11 @@ def resume_point(state: Any, mine: dict, not_resumable: str | None, elastic: Ela
                if state["plan"][key] != mine["plan"][key]]
     if not changed:
         check_unchanged(state, mine, ("length",))
-        return {"step": state["step"], "origin": state.get("origin", 0),
-                "position": state["position"]}
+        origin = state.get("origin", 0)
+        if origin and elastic.from_row is None:
+            raise ValueError(f"the state continues a pipeline started at global row {origin}, "
+                             f"which this loader cannot start at: {elastic.why_not}")
+        return {"step": state["step"], "origin": origin, "position": state["position"]}
     other = "the state was taken under another plan: " + "; ".join(
         f"{key}={was} in the state, {key}={now} in this loader's plan" for key, was, now in changed)
     why_not = elastic.why_not if elastic.from_row is None else (

@@ -76,10 +76,12 @@ def from_grain(
     check_options(remainder, checks, prefetch)
     plan = loading_plan(layout, global_batch_size, load_once)
     if isinstance(ds, grain.MapDataset):
-        elastic = _map_dataset_elastic(ds, plan, shard, batched, remainder)
-        local_batches = elastic.from_row(0) if elastic.from_row else _batches(
-            _batched((ds[plan.shard_index :: plan.shard_count] if shard else ds)
-                     .to_iter_dataset(), plan, batched, remainder))
+        def from_row(rows: int):
+            group = _from_row(ds, rows, plan) if shard else ds
+            return _batches(_batched(group.to_iter_dataset(), plan, batched, remainder))
+
+        local_batches = from_row(0)
+        elastic = _map_dataset_elastic(from_row, len(ds), shard, batched)
     elif isinstance(ds, grain.IterDataset):
         if shard:
             raise ValueError(
@@ -125,24 +127,19 @@ _NOT_ELASTIC = {
 }
 
 
-def _map_dataset_elastic(ds: Any, plan: Plan, shard: bool, batched: bool,
-                         remainder: str) -> Elastic:
-    """A MapDataset's pipeline from any global row: ``ds[rows:][k::K]``, batched."""
+def _map_dataset_elastic(from_row, length: int, shard: bool, batched: bool) -> Elastic:
+    """A sharded, unbatched MapDataset starts at any global row (``ds[rows:][k::K]``)."""
     why_not = why_not_sliceable(shard, batched, "the whole MapDataset")
     if why_not:
-        return Elastic(why_not=why_not, length=len(ds))
-
-    def from_row(rows: int):
-        group = _from_row(ds, rows, plan).to_iter_dataset()
-        return _batches(_batched(group, plan, batched, remainder))
-
-    return Elastic(from_row=from_row, refuses=_filtered, length=len(ds))
+        return Elastic(why_not=why_not, length=length)
+    return Elastic(from_row=from_row, refuses=_filtered, length=length)
 
 
 def _filtered(state: dict) -> str | None:
     """A MapDataset that filters elements reads more indices than it delivers rows, so the rows
     consumed are no prefix of its order (seen in the state's own loading group)."""
-    read = (state.get("position") or {}).get("next_index", 0)
+    position = state.get("position")
+    read = position.get("next_index", 0) if isinstance(position, dict) else 0
     rows = state["step"] * state["plan"]["local_batch_size"]
     if read <= rows:
         return None
