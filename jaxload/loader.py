@@ -203,7 +203,7 @@ class Loader:
           >>> state = loader.get_state()
           >>> json.dump(state, open(f"ckpt/loader_{jax.process_index()}.json", "w"))
         """
-        return states.describe(self._backend, self.plan, self.remainder, self._elastic.length,
+        return states.describe(self._backend, self.plan, self.remainder, self._elastic,
                                self._position)
 
     def set_state(self, state: dict) -> None:
@@ -214,7 +214,7 @@ class Loader:
         batch size) a state taken by any process of the old run continues at its global row,
         where the pipeline can start there exactly (a sharded Grain MapDataset or tf.data
         pipeline); otherwise it is refused, saying why. A state taken with another backend,
-        remainder mode or dataset length is refused, naming both values.
+        remainder mode, dataset length or fingerprint is refused, naming both values.
 
         Example:
           >>> loader.set_state(json.load(open("ckpt/loader_0.json")))

@@ -57,6 +57,9 @@ class Elastic:
         pipeline cannot be repositioned exactly.
       why_not: why it cannot, and what to do instead (required when ``from_row`` is None).
       length: the pipeline's number of elements where known, checked on resume.
+      fingerprint: ``fingerprint()`` identifies the pipeline's contents where that is cheap (a
+        hash of a few elements of a MapDataset), checked on resume: it tells apart, e.g., two
+        shuffles of one dataset. Computed on the first ``get_state``.
       refuses: ``refuses(state)`` says why a given state from another plan cannot be
         continued even so (e.g. a sampler whose order depends on the number of shards).
 
@@ -69,6 +72,7 @@ class Elastic:
     why_not: str | None = None
     length: int | None = None
     refuses: Callable[[dict], str | None] | None = None
+    fingerprint: Callable[[], str] | None = None
 
     def __post_init__(self):
         if self.from_row is None and not self.why_not:
@@ -110,7 +114,7 @@ def rows_consumed(position: dict, global_batch_size: int) -> int:
     return position["origin"] + position["step"] * global_batch_size
 
 
-def describe(backend: str, plan: Any, remainder: str, length: int | None, position: dict) -> dict:
+def describe(backend: str, plan: Any, remainder: str, elastic: Elastic, position: dict) -> dict:
     """The JSON-serializable state of a loader at ``position`` (``step``, ``origin``,
     backend ``position``)."""
     return {
@@ -119,7 +123,8 @@ def describe(backend: str, plan: Any, remainder: str, length: int | None, positi
         "plan": {"process_index": plan.process_index,
                  **{key: getattr(plan, key) for key in _PLAN_KEYS}},
         "remainder": remainder,
-        "length": length,
+        "length": elastic.length,
+        "fingerprint": elastic.fingerprint() if elastic.fingerprint else None,
         "rows": rows_consumed(position, plan.global_batch_size),
         **position,
     }
@@ -136,7 +141,7 @@ def resume_point(state: Any, mine: dict, not_resumable: str | None, elastic: Ela
     changed = [(key, state["plan"][key], mine["plan"][key]) for key in _PLAN_KEYS
                if state["plan"][key] != mine["plan"][key]]
     if not changed:
-        check_unchanged(state, mine, ("length",))
+        check_unchanged(state, mine, ("length", "fingerprint"))
         origin = state.get("origin", 0)
         if origin and elastic.from_row is None:
             raise ValueError(f"the state continues a pipeline started at global row {origin}, "
@@ -153,7 +158,7 @@ def resume_point(state: Any, mine: dict, not_resumable: str | None, elastic: Ela
     if "rows" not in state:
         raise ValueError(f"{other}, and the state ({state['format']}) has no global row position "
                          f"to continue from on another topology. {_SAME_PLAN}")
-    check_unchanged(state, mine, ("length",))
+    check_unchanged(state, mine, ("length", "fingerprint"))
     return {"step": 0, "origin": state["rows"], "position": None}
 
 
@@ -163,11 +168,12 @@ def check_format(state: Any) -> None:
 
 
 def check_unchanged(state: dict, mine: dict, keys: tuple[str, ...]) -> None:
-    """What no resume can change: the backend, the remainder mode, the pipeline's length."""
+    """What no resume can change: the backend, the remainder mode, the pipeline's length and
+    fingerprint (where known on both sides: not for tf.data of a generator, say)."""
     for key in keys:
         was, now = state.get(key), mine[key]
-        if key == "length" and (was is None or now is None):
-            continue  # unknown on one side (e.g. tf.data of a generator): not comparable
+        if key in ("length", "fingerprint") and (was is None or now is None):
+            continue
         if was != now:
             raise ValueError(f"the state was taken with {key}={was!r}, this loader has "
                              f"{key}={now!r}; a state continues only the same pipeline, "

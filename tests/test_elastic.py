@@ -294,6 +294,8 @@ def test_orbax_restore_names_what_changed(tmp_path):
             jaxload.from_grain(grain_ds(), layout, global_batch_size=16, remainder="pad"),
         r"length=64, this loader has length=80":
             jaxload.from_grain(grain_ds(80), layout, global_batch_size=16),
+        r"fingerprint='[0-9a-f]{16}', this loader has fingerprint='[0-9a-f]{16}'":
+            jaxload.from_grain(grain_ds().shuffle(seed=1), layout, global_batch_size=16),
         r"backend='grain', this loader has backend='tf.data'":
             jaxload.from_tf_data(__import__("tensorflow").data.Dataset.range(64), layout,
                                  global_batch_size=16),

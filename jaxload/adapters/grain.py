@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from typing import Any
+
+import jax
+import numpy as np
 
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
@@ -81,7 +86,7 @@ def from_grain(
             return _batches(_batched(group.to_iter_dataset(), plan, batched, remainder))
 
         local_batches = from_row(0)
-        elastic = _map_dataset_elastic(from_row, len(ds), shard, batched)
+        elastic = _map_dataset_elastic(from_row, ds, shard, batched)
     elif isinstance(ds, grain.IterDataset):
         if shard:
             raise ValueError(
@@ -127,12 +132,36 @@ _NOT_ELASTIC = {
 }
 
 
-def _map_dataset_elastic(from_row, length: int, shard: bool, batched: bool) -> Elastic:
+def _map_dataset_elastic(from_row, ds: Any, shard: bool, batched: bool) -> Elastic:
     """A sharded, unbatched MapDataset starts at any global row (``ds[rows:][k::K]``)."""
+    identity = dict(length=len(ds), fingerprint=functools.cache(lambda: fingerprint(ds)))
     why_not = why_not_sliceable(shard, batched, "the whole MapDataset")
     if why_not:
-        return Elastic(why_not=why_not, length=length)
-    return Elastic(from_row=from_row, refuses=_filtered, length=length)
+        return Elastic(why_not=why_not, **identity)
+    return Elastic(from_row=from_row, refuses=_filtered, **identity)
+
+
+def fingerprint(ds: Any) -> str | None:
+    """A short hash of a MapDataset's first, middle and last elements (their features' names,
+    dtypes and bytes): a different dataset or shuffle of the same length almost surely differs.
+    None if an element cannot be read here; Python objects count by their type only.
+
+    Example:
+      >>> fingerprint(grain.MapDataset.range(10).shuffle(seed=1))
+      '3f1c...'
+    """
+    digest = hashlib.sha256()
+    for index in sorted({0, len(ds) // 2, len(ds) - 1} if len(ds) else ()):
+        try:
+            element = ds[index]
+        except Exception:  # the loader reports a failing element where it reads it
+            return None
+        for path, leaf in jax.tree_util.tree_flatten_with_path(element)[0]:
+            described = f"{index}{jax.tree_util.keystr(path)}{type(leaf).__name__}"
+            leaf = np.asarray(leaf)
+            digest.update(f"{described}{leaf.dtype}{leaf.shape}".encode())
+            digest.update(b"" if leaf.dtype.hasobject else leaf.tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _filtered(state: dict) -> str | None:
