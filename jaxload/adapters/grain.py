@@ -134,11 +134,17 @@ _NOT_ELASTIC = {
 
 def _map_dataset_elastic(from_row, ds: Any, shard: bool, batched: bool) -> Elastic:
     """A sharded, unbatched MapDataset starts at any global row (``ds[rows:][k::K]``)."""
-    identity = dict(length=len(ds), fingerprint=functools.cache(lambda: fingerprint(ds)))
+    identity = dict(length=len(ds), fingerprint=functools.cache(lambda: stable_fingerprint(ds)))
     why_not = why_not_sliceable(shard, batched, "the whole MapDataset")
     if why_not:
         return Elastic(why_not=why_not, **identity)
     return Elastic(from_row=from_row, refuses=_filtered, **identity)
+
+
+def stable_fingerprint(ds: Any) -> str | None:
+    """:func:`fingerprint`, or None where two readings differ (random maps without a seed)."""
+    first = fingerprint(ds)
+    return first if first == fingerprint(ds) else None
 
 
 def fingerprint(ds: Any) -> str | None:
