@@ -3,7 +3,7 @@
 from jaxload import check
 from jaxload.adapters.grain import from_grain, grain_shard_options
 from jaxload.adapters.tfdata import from_tf_data
-from jaxload.agreement import PeerTimeoutError
+from jaxload.agreement import PeerFailedError, PeerTimeoutError
 from jaxload.assemble import assemble
 from jaxload.check import DuplicationError, PlanMismatchError, ReplicationError
 from jaxload.cluster import initialize
@@ -16,7 +16,7 @@ from jaxload.layouts import (
     model_replicas_in_process,
     simulated_devices,
 )
-from jaxload.loader import Loader
+from jaxload.loader import Loader, LoaderIterator
 from jaxload.remainder import REMAINDER_MODES, unpad
 from jaxload.stats import Stats, StatsSummary
 
@@ -37,6 +37,8 @@ __all__ = (
     "DuplicationError",
     "Layout",
     "Loader",
+    "LoaderIterator",
+    "PeerFailedError",
     "PeerTimeoutError",
     "Plan",
     "PlanMismatchError",

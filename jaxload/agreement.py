@@ -1,26 +1,43 @@
-"""Step agreement: before a step is handed out, every process learns what every other one has.
+"""Exchanges between processes: every process reports, one process decides, everyone learns it.
 
-Each process publishes a short payload per step (does it have a batch, of which shapes) in the
-key-value store of JAX's distributed runtime (the coordination service that
-``jax.distributed.initialize`` starts), waits at a barrier, and reads everyone's payload. This runs
-on the host over the coordinator's RPC channel, not as a device collective, so it never queues
-behind a training step on the accelerators, and every wait is bounded by ``timeout_s``.
+An :class:`Exchange` is a named series of *rounds*. In each round every process publishes a short
+report in the coordination service's key-value store; the leader (process 0) waits until all have
+arrived, reads the reports, computes the decision with a pure function of them and publishes it;
+the other processes read that one decision. The coordinator so moves O(N) bytes per round for N
+processes (N reports in, one read of them, N reads of one decision), where letting every process
+read every report would move O(N^2). No barrier is used: arrivals are counted with the store's
+atomic increment, and the last process to arrive tells the leader.
+
+Lifetimes: everything lives under ``jaxload/<name>/``. The leader deletes a round once every
+process has arrived at the next one (so all have read its decision); the last process to leave a
+*final* round (one that ends the exchange: the end of a pass, an error, a stop) deletes the
+whole exchange. Nothing accumulates over the rounds of a long run.
+
+A process whose own report ends the exchange (it failed, or stopped iterating) does not wait for
+the others: it publishes and leaves. If that process is the leader, it publishes the decision at
+once, since no report of the others can change it. Every wait is bounded by ``timeout_s``.
 """
 
 from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Callable
 
-import jax
+from jaxload.transport import CoordinationTransport, Transport, TransportTimeout
 
+LEADER = 0
 _loader_ids = itertools.count()
-_CHUNK = 64  # steps whose keys are deleted together, one RPC per chunk instead of one per step
 
 
 class PeerTimeoutError(RuntimeError):
-    """Some processes did not reach a step's agreement in time (dead, stuck or slow), or the
+    """Some processes did not reach an exchange in time (dead, stuck or slow), or the
     coordinator could not be reached."""
+
+
+class PeerFailedError(RuntimeError):
+    """Another process failed; the message names it, the stage and step, and its exception.
+    (The process that failed raises its own exception.)"""
 
 
 def next_loader_id() -> int:
@@ -28,80 +45,164 @@ def next_loader_id() -> int:
     return next(_loader_ids)
 
 
-def shared_token(name: str, timeout_s: float) -> str:
-    """A random token that process 0 draws and every process reads: the same on all processes
-    of this run, different in the next run (e.g. to name a tf.data service job)."""
+def this_process_transport() -> Transport | None:
+    """The coordination service's store for this process; None in a single-process run."""
+    import jax
+
     if jax.process_count() == 1:
-        return uuid.uuid4().hex[:12]
-    client, key = _client(), f"jaxload/token/{name}"
-    if jax.process_index() == 0:
-        client.key_value_set(key, uuid.uuid4().hex[:12])
-    try:
-        return client.blocking_key_value_get(key, max(1, int(timeout_s * 1000)))
-    except Exception as e:
-        raise PeerTimeoutError(f"process {jax.process_index()} waited {timeout_s:g} s for "
-                               f"process 0 to publish {key!r}: {e}") from e
+        return None
+    return CoordinationTransport.of_this_process()
 
 
-def _client():
-    from jax._src import distributed  # the public API has no accessor for the runtime client
+# decide(reports by process index) -> (decision text, whether it ends the exchange)
+_FINAL, _GOES_ON = "F", "C"  # the first character of a published decision
+Decide = Callable[[dict[int, str]], tuple[str, bool]]
 
-    return distributed.global_state.client
 
+class Exchange:
+    """Rounds of reports gathered at the leader, which publishes one decision per round.
 
-class StepAgreement:
-    """Exchanges one payload per process per step, keyed by ``name`` (same on all processes).
+    Every process must create the exchange under the same ``name`` and run the same rounds.
 
     Example:
-      >>> agreement = StepAgreement("loader0.epoch0", timeout_s=60)
-      >>> agreement.exchange(step=0, payload="ok")   # single process
-      {0: 'ok'}
+      >>> exchange = Exchange("example", timeout_s=60)
+      >>> exchange.round("3", lambda reports: (str(min(map(int, reports.values()))), True))
+      '3'
     """
 
-    def __init__(self, name: str, timeout_s: float):
-        self._name = name
-        self._timeout_ms = max(1, int(timeout_s * 1000))
-        self._process_index = jax.process_index()
-        self._process_count = jax.process_count()
-        self._client = _client() if self._process_count > 1 else None
-        if self._process_count > 1 and self._client is None:
-            raise RuntimeError(
-                "jaxload needs jax.distributed.initialize() in multi-process runs "
-                f"(process_count={self._process_count} but no distributed client)"
-            )
+    def __init__(self, name: str, timeout_s: float, transport: Transport | None | str = "auto"):
+        self.prefix = f"jaxload/{name}"
+        self._timeout_s = timeout_s
+        self._transport = this_process_transport() if transport == "auto" else transport
+        self._round = 0
+        self._left = False
 
-    def _key(self, step: int) -> str:
-        return f"jaxload/{self._name}/{step // _CHUNK}/{step}"
+    @property
+    def rounds(self) -> int:
+        """Rounds run so far."""
+        return self._round
 
-    def exchange(self, step: int, payload: str) -> dict[int, str]:
-        """Publishes ``payload`` for ``step`` and returns every process's payload by index."""
-        if self._client is None:
-            return {self._process_index: payload}
-        key = self._key(step)
+    def round(self, report: str, decide: Decide, *, ends: bool = False,
+              where: str | None = None) -> str | None:
+        """Publishes ``report`` and returns the round's decision, the same on every process.
+
+        ``ends``: this report ends the exchange whatever the others report (a failure, a stop);
+        the process then returns without waiting (None), except the leader, which still
+        publishes the decision: ``decide`` of its own report alone. ``where`` names the round
+        in a timeout's message (e.g. ``"step 12"``).
+        """
+        if self._left:
+            raise RuntimeError(f"exchange {self.prefix!r} has ended")
+        r, self._round = self._round, self._round + 1
+        t = self._transport
+        if t is None:  # a single process decides alone
+            decision, final = decide({0: report})
+            self._left = final or ends
+            return decision
+        key = f"{self.prefix}/{r}"
         try:
-            self._client.key_value_set(f"{key}/{self._process_index}", payload)
-            self._client.wait_at_barrier(key, self._timeout_ms)
-            entries = self._client.key_value_dir_get(key)
-            if step % _CHUNK == 0 and step and self._process_index == 0:
-                # everyone has passed this step's barrier, so the previous chunk was read by all
-                self._client.key_value_delete(f"jaxload/{self._name}/{step // _CHUNK - 1}")
-        except Exception as e:  # the runtime raises JaxRuntimeError (DEADLINE_EXCEEDED, ...)
-            raise self._timeout_error(step, key, e) from e
-        return {int(k.rsplit("/", 1)[1]): v for k, v in entries}
+            if t.process_index == LEADER and ends:
+                decision, _ = decide({LEADER: report})
+                t.set(f"{key}/decision", _FINAL + decision)
+                self.leave()
+                return decision
+            t.set(f"{key}/p/{t.process_index}", report)
+            if t.increment(f"{key}/arrived") == t.process_count:
+                t.set(f"{key}/all", "")
+            if ends:
+                self.leave()
+                return None
+            if t.process_index == LEADER:
+                t.get(f"{key}/all", self._timeout_s)
+                reports = {int(k.rsplit("/", 1)[1]): v for k, v in t.dir_get(f"{key}/p")}
+                decision, final = decide(reports)
+                published = (_FINAL if final else _GOES_ON) + decision
+                t.set(f"{key}/decision", published)
+                if r:  # every process arrived here, so all have read the previous decision
+                    t.delete(f"{self.prefix}/{r - 1}")
+            else:
+                published = t.get(f"{key}/decision", self._timeout_s)
+        except TransportTimeout as e:
+            self.leave()
+            raise self._timeout_error(r, where or f"round {r}", e) from e
+        if published[0] == _FINAL:
+            self.leave()
+        return published[1:]
 
-    def _timeout_error(self, step: int, key: str, cause: Exception) -> PeerTimeoutError:
+    def mark_failed(self, text: str) -> None:
+        """Tells the others at once, outside the rounds, that this process failed (see
+        :meth:`failed`); its report still follows in the next round."""
+        if self._transport is not None:
+            try:
+                self._transport.set(f"{self.prefix}/failed", text)
+            except Exception:  # noqa: BLE001 - the round's report is the reliable path
+                pass
+
+    def failed(self) -> str | None:
+        """What a process that failed said with :meth:`mark_failed`, if one did (one read)."""
+        return None if self._transport is None else self._transport.try_get(f"{self.prefix}/failed")
+
+    def leave(self) -> None:
+        """This process is done with the exchange; the last one to leave deletes its keys."""
+        if self._left:
+            return
+        self._left = True
+        t = self._transport
+        if t is None:
+            return
         try:
-            arrived = {int(k.rsplit("/", 1)[1]) for k, _ in self._client.key_value_dir_get(key)}
-        except Exception:  # the coordinator itself may be gone
-            arrived = set()
-        missing = sorted(set(range(self._process_count)) - arrived)
-        if arrived:
-            who = f"processes {missing} did not arrive"
+            if t.increment(f"{self.prefix}/left") == t.process_count:
+                t.delete(self.prefix)
+        except Exception:  # noqa: BLE001 - cleanup must not hide the error that ended the exchange
+            pass
+
+    def _timeout_error(self, r: int, where: str, cause: Exception) -> PeerTimeoutError:
+        t = self._transport
+        try:
+            arrived = {int(k.rsplit("/", 1)[1]) for k, _ in t.dir_get(f"{self.prefix}/{r}/p")}
+        except Exception:  # noqa: BLE001 - the coordinator itself may be gone
+            arrived = None
+        if arrived is None:
+            who = f"the coordinator (process 0) did not answer ({cause})"
         else:
-            who = f"the coordinator (process 0) did not answer ({str(cause).splitlines()[0]})"
+            missing = sorted(set(range(t.process_count)) - arrived)
+            who = (f"processes [{_ranges(missing)}] did not arrive" if missing else
+                   f"the leader (process {LEADER}) did not publish the decision")
         return PeerTimeoutError(
-            f"process {self._process_index} waited for the other processes at step {step} of "
-            f"loader {self._name!r} (timeout_s={self._timeout_ms / 1000:g}): {who}. A process "
-            "died, hangs in its input pipeline, or stopped iterating this loader (every process "
-            "must iterate every loader in the same order)."
-        )
+            f"process {t.process_index} waited for the other processes at {where} of "
+            f"{self.prefix!r} (timeout_s={self._timeout_s:g}): {who}. A process died, hangs in "
+            "its input pipeline, or stopped iterating this loader (every process must iterate "
+            "every loader in the same order).")
+
+
+def _ranges(indices: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``'0-2, 5'``: readable with thousands of processes."""
+    parts, start = [], None
+    for i, p in enumerate(indices):
+        if start is None:
+            start = p
+        if i + 1 == len(indices) or indices[i + 1] != p + 1:
+            parts.append(str(start) if start == p else f"{start}-{p}")
+            start = None
+    return ", ".join(parts)
+
+
+def gather_once(name: str, report: str, decide: Decide, timeout_s: float,
+                transport: Transport | None | str = "auto") -> str:
+    """A one-round exchange (checks, stats): its decision on every process, its keys deleted.
+
+    Example:
+      >>> gather_once("example", "7", lambda reports: (max(reports.values()), True), 60)
+      '7'
+    """
+    exchange = Exchange(name, timeout_s, transport)
+    decision = exchange.round(report, decide)
+    exchange.leave()
+    return decision
+
+
+def shared_token(name: str, timeout_s: float) -> str:
+    """A random token that the leader draws and every process reads: the same on all processes
+    of this run, different in the next run (e.g. to name a tf.data service job)."""
+    drawn = uuid.uuid4().hex[:12]
+    return gather_once(f"token/{name}", "", lambda _: (drawn, True), timeout_s)

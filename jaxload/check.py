@@ -22,12 +22,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 
-from jaxload.agreement import StepAgreement
+from jaxload.agreement import PeerFailedError, _ranges, gather_once
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 
@@ -38,16 +39,24 @@ DEFAULT_TIMEOUT_S = 600.0
 _check_ids = itertools.count()  # checks run in the same order on every process
 
 
-class ReplicationError(ValueError):
+class CheckError(ValueError):
+    """A run-time check found data on the wrong devices (the base of the errors below)."""
+
+
+class ReplicationError(CheckError):
     """Devices that should hold identical rows of a global array hold different data."""
 
 
-class DuplicationError(ValueError):
+class DuplicationError(CheckError):
     """Devices that hold different rows of a batch hold identical data."""
 
 
-class PlanMismatchError(ValueError):
+class PlanMismatchError(CheckError):
     """Processes computed different layouts or global batch sizes."""
+
+
+_ERRORS = {e.__name__: e for e in (ReplicationError, DuplicationError, PlanMismatchError)}
+_SHOWN = 8  # processes listed one by one in an error; the rest are counted
 
 
 def fingerprint(data: np.ndarray) -> str:
@@ -59,9 +68,39 @@ def fingerprint(data: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _exchange(kind: str, payload: Any, timeout_s: float) -> dict[int, Any]:
-    agreement = StepAgreement(f"check.{kind}.{next(_check_ids)}", timeout_s)
-    return {p: json.loads(v) for p, v in agreement.exchange(0, json.dumps(payload)).items()}
+def _checked(kind: str, records: Callable[[], Any], verify: Callable[[dict[int, Any]], None],
+             timeout_s: float) -> None:
+    """Gathers every process's ``records()`` at the leader, which runs ``verify`` on them and
+    publishes the verdict; every process raises the same error (O(N) through the coordinator).
+
+    A process that cannot compute its records reports why: it raises its own exception, the
+    others a :class:`~jaxload.PeerFailedError` naming it.
+    """
+    failure = None
+    try:
+        report = json.dumps({"records": records()})
+    except Exception as e:
+        failure, report = e, json.dumps({"error": f"{type(e).__name__}: {e}"})
+
+    def decide(reports: dict[int, str]) -> tuple[str, bool]:
+        parsed = {p: json.loads(r) for p, r in reports.items()}
+        failed = sorted(p for p, r in parsed.items() if "error" in r)
+        if failed:
+            error = parsed[failed[0]]["error"]
+            return json.dumps({"failed": f"process {failed[0]} failed while checking: {error}"}), True
+        try:
+            verify({p: r["records"] for p, r in parsed.items()})
+        except CheckError as e:
+            return json.dumps({"error": type(e).__name__, "message": str(e)}), True
+        return "{}", True
+
+    verdict = json.loads(gather_once(f"check.{kind}.{next(_check_ids)}", report, decide, timeout_s))
+    if failure is not None:
+        raise failure
+    if "failed" in verdict:
+        raise PeerFailedError(verdict["failed"])
+    if "error" in verdict:
+        raise _ERRORS[verdict["error"]](verdict["message"])
 
 
 def _records(tree: PyTree, constant_flags: bool) -> list[list]:
@@ -80,10 +119,16 @@ def _records(tree: PyTree, constant_flags: bool) -> list[list]:
     return out
 
 
-def _gathered(tree: PyTree, kind: str, timeout_s: float) -> list[tuple[int, list]]:
-    """Every process's shard records, as ``(process, record)``, in one exchange."""
-    seen = _exchange(kind, _records(tree, constant_flags=kind != "replication"), timeout_s)
-    return [(p, r) for p in sorted(seen) for r in seen[p]]
+def _check_batch(tree: PyTree, kind: str, timeout_s: float, *verifiers) -> None:
+    """Fingerprints this process's shards; the leader runs ``verifiers`` on every process's."""
+
+    def verify(seen: dict[int, list]) -> None:
+        records = [(p, r) for p in sorted(seen) for r in seen[p]]
+        for verifier in verifiers:
+            verifier(records)
+
+    _checked(kind, lambda: _records(tree, constant_flags=kind != "replication"), verify,
+             timeout_s)
 
 
 def _holders(devices: list[tuple[int, int]]) -> str:
@@ -143,7 +188,7 @@ def replication(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
       >>> batch = next(iter(loader))
       >>> jaxload.check.replication(batch)   # silent when replicas agree
     """
-    _verify_replication(_gathered(tree, "replication", timeout_s))
+    _check_batch(tree, "replication", timeout_s, _verify_replication)
 
 
 def distinct(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
@@ -158,7 +203,7 @@ def distinct(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     Example:
       >>> jaxload.check.distinct(batch)   # silent when each replica got its own rows
     """
-    _verify_distinct(_gathered(tree, "distinct", timeout_s))
+    _check_batch(tree, "distinct", timeout_s, _verify_distinct)
 
 
 def batch(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
@@ -167,9 +212,7 @@ def batch(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     Example:
       >>> jaxload.check.batch(batch)
     """
-    records = _gathered(tree, "batch", timeout_s)
-    _verify_replication(records)
-    _verify_distinct(records)
+    _check_batch(tree, "batch", timeout_s, _verify_replication, _verify_distinct)
 
 
 def plan(layout: Layout, global_batch_size: int, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
@@ -188,16 +231,21 @@ def plan(layout: Layout, global_batch_size: int, *, timeout_s: float = DEFAULT_T
         "global_batch_size": global_batch_size,
         "devices": fingerprint(np.array([d.id for d in mesh.devices.flat])),
     }
-    seen = _exchange("plan", mine, timeout_s)
+    _checked("plan", lambda: mine, _verify_plan, timeout_s)
+
+
+def _verify_plan(seen: dict[int, dict]) -> None:
     reference = seen[min(seen)]
     differ = {p: v for p, v in seen.items() if v != reference}
     if differ:
+        shown = sorted(differ)[:_SHOWN]
         lines = [f"  process {min(seen)}: {_describe_plan(reference)}"] + [
-            f"  process {p}: {_describe_plan(v)}" for p, v in sorted(differ.items())
-        ]
+            f"  process {p}: {_describe_plan(differ[p])}" for p in shown]
+        if len(differ) > len(shown):
+            lines.append(f"  ... and {len(differ) - len(shown)} more processes")
         raise PlanMismatchError(
-            f"processes {sorted(differ)} use a different layout or global batch size than "
-            "process 0; every process must build the same layout:\n" + "\n".join(lines)
+            f"processes [{_ranges(sorted(differ))}] use a different layout or global batch "
+            "size than process 0; every process must build the same layout:\n" + "\n".join(lines)
         )
 
 

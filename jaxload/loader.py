@@ -1,11 +1,15 @@
-"""The Loader: per-process numpy batches in, global ``jax.Array`` batches out, in lockstep.
+"""The Loader (configuration, state) and its per-pass iterator (:class:`LoaderIterator`).
 
-Before steps are handed out, all processes exchange a short report (:mod:`jaxload.agreement`):
-how many batches each has read ahead, their structure, shapes and dtypes, or the error its
-pipeline raised. From the same reports every process takes the same decision: how many steps
-exist, whether to end the epoch (see :mod:`jaxload.remainder`), or to raise. So a process that
-runs out of data early never leaves the others blocked in a collective, and a process that fails
-stops the others with its error. One exchange covers a window of up to 16 steps.
+Each ``iter(loader)`` is one pass over the data, run by :class:`jaxload.passes.Pass`: before
+steps are handed out, all processes agree on how many exist (:mod:`jaxload.protocol`), so a
+process that runs out of data early never leaves the others blocked in a collective, and a
+process that fails stops the others with its error. The iterator hands the batches to the loop,
+reshards them (``load_once``) and checks them on the loop's thread, and records the position
+that :meth:`Loader.get_state` returns.
+
+A pass stopped early tells the others from :meth:`LoaderIterator.close` (also called by
+``with``, by the next ``iter(loader)`` and by :meth:`Loader.close`); an iterator dropped without
+``close()`` is closed on a background thread, never inside a finalizer.
 
 ``get_state``/``set_state`` record and restore where a pass stands: the backend's position, for an
 exact resume on the same plan, and the global row position, for a resume on another topology
@@ -16,36 +20,26 @@ exact resume on the same plan, and the global row position, for a resume on anot
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
-import numpy as np
 
 from jaxload import agreement, check
 from jaxload import state as states
-from jaxload.assemble import build_global, check_local_batch
+from jaxload.agreement import PeerFailedError
 from jaxload.layouts import Layout, Plan
-from jaxload.prefetch import prefetched
-from jaxload.remainder import (
-    DROP,
-    PAD,
-    check_paddable,
-    check_remainder,
-    decode_template,
-    encode_template,
-    pad_rows,
-)
+from jaxload.passes import Handout, Pass
+from jaxload.prefetch import closer, prefetched
+from jaxload.remainder import DROP, check_remainder
 from jaxload.stats import Stats, StatsSummary, gather, timed
 
 PyTree = Any
 
 DEFAULT_TIMEOUT_S = 600.0
 _START = states.START
-_MAX_WINDOW = 16  # steps agreed on in one exchange, at most
-_WINDOW_BYTES = 256 * 2**20  # per-process batches read ahead for one exchange, at most
 
 
 class Loader:
@@ -121,6 +115,7 @@ class Loader:
         # started at), backend position
         self._position = _START
         self._resume = _START  # where the next pass starts
+        self._current: weakref.ref[LoaderIterator] | None = None
 
     def __repr__(self) -> str:
         p = self.plan
@@ -130,47 +125,23 @@ class Loader:
             f"remainder={self.remainder!r})"
         )
 
-    def __iter__(self) -> Iterator[PyTree]:
+    def __iter__(self) -> LoaderIterator:
+        """A new pass (closing the previous one, if it is still open)."""
+        self.close()
         start, self._resume = self._resume, _START
         self._position = start
-        produce = lambda: self._global_batches(start)  # noqa: E731
-        if not self.prefetch:
-            return self._handed_out(produce())
+        exchange = agreement.Exchange(f"{self._id}.{self._passes}", self._timeout_s)
+        self._passes += 1
+        current = LoaderIterator(self, exchange, start)
+        # weakly held: a pass dropped by the loop (a `break`) is closed at once, not at exit
+        self._current = weakref.ref(current)
+        return current
 
-        def count_ready(n: int) -> None:
-            self._stats.ready_sum += n
-
-        return self._handed_out(prefetched(produce, self.prefetch, on_request=count_ready))
-
-    def _handed_out(self, items: Iterator[tuple[PyTree, dict, int, str]]) -> Iterator[PyTree]:
-        """The consumer side (the loop's thread): reshards (``load_once``) and checks each batch
-        as it is handed out, records its position, so that ``get_state`` describes what was
-        consumed, not what was prefetched, and how long the loop waited for it."""
-        stats, last = self._stats, time.perf_counter()
-        while True:
-            asked = time.perf_counter()
-            item = next(items, None)
-            if item is None:
-                break
-            batch, position, nbytes, checks = item
-            if self._reshard is not None:
-                with timed(stats, "assemble"):
-                    batch = self._reshard(batch)
-            if checks:
-                with timed(stats, "check"):
-                    if checks == "plan+batch":
-                        check.plan(self.layout, self.plan.global_batch_size,
-                                   timeout_s=self._timeout_s)
-                    check.batch(batch, timeout_s=self._timeout_s)
-            now = time.perf_counter()
-            self._position = position
-            stats.steps += 1
-            stats.wait_s += now - asked
-            stats.elapsed_s += now - last
-            stats.nbytes += nbytes
-            last = now
-            yield batch
-        self._position = _START  # a finished pass: the next one starts from the beginning
+    def close(self) -> None:
+        """Ends the current pass on this process (the others end it at their next round)."""
+        current = self._current and self._current()
+        if current is not None:
+            current.close()
 
     def stats(self, *, all_processes: bool = False) -> Stats | StatsSummary:
         """Where this loader's time went, since it was created (see :mod:`jaxload.stats`).
@@ -222,93 +193,139 @@ class Loader:
         self._resume = states.resume_point(state, self.get_state(), self._not_resumable,
                                            self._elastic)
 
-    def _global_batches(self, start: dict) -> Iterator[tuple[PyTree, dict, int, str]]:
-        """One pass: agree on the next steps, assemble them, check them (the prefetch producer).
 
-        Processes agree on a *window* of steps at a time: each reads up to ``window`` batches
-        ahead and reports how many it has, so one exchange covers several steps. The window
-        starts at 1 and doubles up to ``_MAX_WINDOW`` steps (and ``_WINDOW_BYTES`` of buffered
-        batches), which keeps the first step prompt and the steady-state cost per step small.
-        """
-        exchanges = agreement.StepAgreement(f"{self._id}.{self._passes}", self._timeout_s)
-        self._passes += 1
-        local_batches = self._elastic.pipeline(start, self._local_batches)
-        position = start["position"]
-        pad = self.remainder == PAD
-        # In "pad" mode a process sends a zero-row copy of its batch the first time its
-        # signature appears, so that a process whose data has run out can build zero padding.
-        template, sent, first = None, None, None
-        step, window, exhausted = start["step"], 1, False
-        first_step = step
-        stats = self._stats
-        for round_index in range(2**63):
-            ahead: list[tuple[PyTree, list[np.ndarray], Any]] = []  # batch, leaves, position
-            try:
-                while len(ahead) < window and not exhausted:
-                    with timed(stats, "backend"):
-                        local, after = next(local_batches, (None, None))
-                        if local is None:
-                            exhausted = True
-                            break
-                        signature, leaves = self._validated(local)
-                    first = first or signature
-                    if signature != first:
-                        raise ValueError(_shape_change(first, signature, step + len(ahead)))
-                    ahead.append((local, leaves, after))
-                report: dict = {"steps": len(ahead)}
-                if ahead:
-                    report["signature"] = first
-                    report["nbytes"] = sum(leaf.nbytes for leaf in ahead[0][1])
-                    if pad and first != sent:
-                        report["template"], sent = encode_template(ahead[0][0]), first
-            except Exception as e:
-                failed = {"error": f"{type(e).__name__}: {e}", "step": step + len(ahead)}
-                exchanges.exchange(round_index, json.dumps(failed))
-                raise
-            with timed(stats, "agree"):
-                reports = {p: json.loads(r)
-                           for p, r in exchanges.exchange(round_index, json.dumps(report)).items()}
-            count, more = _agreed_steps(reports, step, window, pad)
-            if pad:
-                template = next((r["template"] for r in reports.values() if "template" in r),
-                                template)
-            for i in range(count):
-                if i < len(ahead):
-                    local, leaves, position = ahead[i]
-                else:  # this process's data has run out: padding
-                    local, leaves = decode_template(template), None
-                with timed(stats, "assemble"):
-                    if pad:
-                        local = pad_rows(local, self.plan.local_batch_size)
-                        leaves = jax.tree_util.tree_leaves(local)
-                    batch = build_global(jax.tree_util.tree_structure(local), leaves, self.plan)
-                checks = ""
-                if self._check_period and (step == first_step or step % self._check_period == 0):
-                    checks = "plan+batch" if step == first_step else "batch"
-                nbytes = sum(leaf.nbytes for leaf in leaves)
+class LoaderIterator:
+    """One pass of a :class:`Loader`: an iterator of global batches with :meth:`close`.
+
+    Example:
+      >>> with iter(loader) as batches:
+      ...     for step, batch in zip(range(100), batches):
+      ...         state = train_step(state, batch)
+      >>> # leaving the block closed the pass: the other processes end it too
+    """
+
+    def __init__(self, loader: Loader, exchange: agreement.Exchange, start: dict):
+        self._loader = loader
+        self._exchange = exchange
+        failure = self._failure = [None]  # shared with the pass, which must not hold self
+        self._start = start
+        source = loader._elastic.pipeline(start, loader._local_batches)
+        run = Pass(exchange, source, loader.plan, remainder=loader.remainder, start=start,
+                   stats=loader._stats, check_period=loader._check_period,
+                   failure=lambda: failure[0])
+        stats = loader._stats
+
+        def count_ready(n: int) -> None:
+            stats.ready_sum += n
+
+        self._items: Iterator[Handout] = (
+            prefetched(run.__iter__, loader.prefetch, on_request=count_ready)
+            if loader.prefetch else iter(run))
+        self._closed = False
+        self._last = time.perf_counter()
+        closer.start()  # here, not in __del__: a finalizer must not start threads
+
+    def __iter__(self) -> LoaderIterator:
+        return self
+
+    def __next__(self) -> PyTree:
+        if self._closed:
+            raise StopIteration
+        loader, stats = self._loader, self._loader._stats
+        asked = time.perf_counter()
+        try:
+            handout = next(self._items)
+        except StopIteration:
+            self._closed = True
+            loader._position = _START  # a finished pass: the next one starts from the beginning
+            raise
+        except BaseException:
+            self._closed = True  # the pass reported the failure itself
+            raise
+        batch = self._handed_out(handout)
+        now = time.perf_counter()
+        loader._position = {**self._start, **handout.position}  # and the pipeline's origin
+        stats.steps += 1
+        stats.wait_s += now - asked
+        stats.elapsed_s += now - self._last
+        stats.nbytes += handout.nbytes
+        self._last = now
+        return batch
+
+    def _handed_out(self, handout: Handout) -> PyTree:
+        """Reshards (``load_once``) and checks a batch on the loop's thread: both are
+        collectives, issued here in program order with the training step's own."""
+        loader, batch = self._loader, handout.batch
+        if loader._reshard is not None:
+            with timed(loader._stats, "assemble"):
+                batch = self._resharded(handout)
+        if handout.checks:
+            with timed(loader._stats, "check"):
                 try:
-                    yield batch, {**start, "step": step + 1, "position": position}, nbytes, checks
-                except GeneratorExit:
-                    # Stopped early (break, or interpreter exit): the other processes expect
-                    # this one at the next exchange; tell them this pass is over.
-                    if more:
-                        exchanges.exchange(round_index + 1, json.dumps({"stopped": True}))
+                    if handout.checks == "plan+batch":
+                        check.plan(loader.layout, loader.plan.global_batch_size,
+                                   timeout_s=loader._timeout_s)
+                    check.batch(batch, timeout_s=loader._timeout_s)
+                except Exception:
+                    # a check is an exchange of its own: its verdict, or a process's failure
+                    # to compute it, reached every process already
+                    self.close()
                     raise
-                step += 1
-            if not more:
-                return
-            # from the reports, not local state, so every process picks the same window
-            nbytes = max(r.get("nbytes", 1) for r in reports.values())
-            window = max(1, min(2 * window, _MAX_WINDOW, _WINDOW_BYTES // max(nbytes, 1)))
+        return batch
 
-    def _validated(self, local: PyTree) -> tuple[str, list[np.ndarray]]:
-        """Validates this process's batch: its signature (features' names, dtypes, row shapes)
-        and its leaves as numpy arrays."""
-        if self.remainder == PAD:
-            check_paddable(local)
-        named = check_local_batch(local, self.plan, partial=self.remainder == PAD)
-        signature = ";".join(f"{n}:{a.dtype}{list(a.shape[1:])}" for n, a in named)
-        return signature, [a for _, a in named]
+    def _resharded(self, handout: Handout) -> PyTree:
+        """The ``load_once`` reshard, a collective of every process.
+
+        A process whose reshard fails says so at once (:meth:`Exchange.mark_failed`), then
+        still joins the collective, with zeros, so that no other process is left inside it;
+        the others read that mark after their reshard returns and raise instead of handing
+        the batch out (with XLA:CPU's synchronous collectives that read always sees the mark;
+        where dispatch is asynchronous the round after the window reports it in any case).
+        """
+        loader = self._loader
+        try:
+            batch = loader._reshard(handout.batch)
+        except Exception as e:
+            self._exchange.mark_failed(
+                f"process {jax.process_index()} failed while resharding step {handout.step}: "
+                f"{type(e).__name__}: {e}")
+            try:
+                zeros = jax.tree_util.tree_map(jax.numpy.zeros_like, handout.batch)
+                jax.device_put(zeros, loader.layout.sharding)
+            except Exception:  # noqa: BLE001 - the original failure is what is raised
+                pass
+            e.jaxload_stage, e.jaxload_step = "resharding", handout.step
+            self._failure[0] = e
+            self.close()
+            raise
+        failed = self._exchange.failed()
+        if failed is not None:
+            self.close()
+            raise PeerFailedError(failed)
+        return batch
+
+    def close(self) -> None:
+        """Ends this pass on this process; the others end it at their next round.
+
+        Idempotent; also called by ``with``, the next ``iter(loader)`` and ``loader.close()``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._items.close()
+
+    def __enter__(self) -> LoaderIterator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Dropped without close() (a `break` out of a for loop): closing may exchange with the
+        # other processes, which must not happen inside a finalizer, so a thread does it.
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            closer.close_later(self._items)
 
 
 def loading_plan(layout: Layout, global_batch_size: int, load_once: bool) -> Plan:
@@ -344,41 +361,3 @@ def check_period(checks: str | int) -> int:
     if isinstance(checks, int) and not isinstance(checks, bool) and checks >= 1:
         return checks
     raise ValueError(f"checks={checks!r} must be 'first', 'never' or a positive int N (every N steps)")
-
-
-def _shape_change(first: str, now: str, step: int) -> str:
-    before, after = dict(f.rsplit(":", 1) for f in first.split(";")), dict(
-        f.rsplit(":", 1) for f in now.split(";"))
-    changed = [f"feature {n} was {before.get(n, 'absent')} at step 0 but is {after.get(n, 'absent')}"
-               for n in sorted(set(before) | set(after)) if before.get(n) != after.get(n)]
-    return (f"the batch at step {step} differs from the first one: {'; '.join(changed)}. "
-            "Features need one static shape and dtype (pad or crop variable-length features "
-            "in the pipeline); a changing shape would also recompile the training step.")
-
-
-def _agreed_steps(reports: dict[int, dict], step: int, window: int, pad: bool) -> tuple[int, bool]:
-    """How many of the next steps exist, and whether more may follow: the same on every process.
-
-    Raises if a process failed, or if the processes' batches differ in structure, shape or dtype.
-    """
-    if any("stopped" in r for r in reports.values()):  # a process stopped iterating early
-        return 0, False
-    failed = {p: r for p, r in reports.items() if "error" in r}
-    if failed:
-        p, r = min(failed.items())
-        raise RuntimeError(f"process {p} failed while loading step {r['step']}: {r['error']}")
-    kinds: dict[str, list[int]] = {}
-    for p, r in sorted(reports.items()):
-        if r["steps"]:
-            kinds.setdefault(r["signature"], []).append(p)
-    if len(kinds) > 1:
-        described = "\n".join(f"  processes {ps}: {sig}" for sig, ps in kinds.items())
-        raise ValueError(
-            f"at step {step} the processes' batches differ in structure, feature shapes or "
-            f"dtypes (shapes shown without the batch dim), so they cannot form one global "
-            f"batch:\n{described}"
-        )
-    counts = [r["steps"] for r in reports.values()]
-    if pad:  # go on while any process has data; the others pad
-        return max(counts), max(counts) == window
-    return min(counts), min(counts) == window

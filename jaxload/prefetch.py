@@ -34,6 +34,7 @@ _JOIN_AT_EXIT_S = 10.0
 
 
 def _stop_producers() -> None:
+    closer.stop()  # after the iterators already handed to it
     for stop in list(_running.values()):
         stop.set()
     for thread in list(_running):
@@ -78,12 +79,7 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
             _running.pop(threading.current_thread(), None)
 
     thread = threading.Thread(target=run, name="jaxload-prefetch", daemon=True)
-    if not _running:
-        # Registered now, after jax.distributed.initialize() registered its own shutdown:
-        # exit handlers run last-in first-out, so producers stop while the runtime is up.
-        atexit.unregister(_stop_producers)
-        atexit.register(_stop_producers)
-    _running[thread] = stop
+    _register(thread, stop)
     thread.start()
     try:
         while True:
@@ -98,3 +94,55 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
     finally:
         stop.set()
         thread.join(timeout=5 * _POLL_S)
+
+
+class BackgroundCloser:
+    """Closes dropped iterators on one long-lived thread.
+
+    Closing a pass can wait on the other processes, which must not happen inside a finalizer
+    (at an arbitrary point of the program), and a finalizer must not start a thread either (it
+    may run while the interpreter holds a threading lock). So the thread is started
+    beforehand (:meth:`start`, called where iterators are created), and a finalizer only hands
+    it the iterator with ``SimpleQueue.put``, which is safe there.
+    """
+
+    def __init__(self):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="jaxload-close",
+                                                daemon=True)
+                _register(self._thread, threading.Event())
+                self._thread.start()
+
+    def close_later(self, items: Iterator) -> None:
+        self._queue.put(items)
+
+    def _run(self) -> None:
+        while True:
+            items = self._queue.get()
+            if items is _END:
+                return
+            try:
+                items.close()
+            except Exception:  # noqa: BLE001 - nobody is left to see it
+                pass
+
+    def stop(self) -> None:
+        self._queue.put(_END)
+
+
+closer = BackgroundCloser()
+
+
+def _register(thread: threading.Thread, stop: threading.Event) -> None:
+    if not _running:
+        # Registered now, after jax.distributed.initialize() registered its own shutdown:
+        # exit handlers run last-in first-out, so producers stop while the runtime is up.
+        atexit.unregister(_stop_producers)
+        atexit.register(_stop_producers)
+    _running[thread] = stop

@@ -16,8 +16,6 @@ Remainder modes (the ``remainder=`` option of :func:`jaxload.from_tf_data` and
 
 from __future__ import annotations
 
-import base64
-import pickle
 from typing import Any
 
 import jax
@@ -56,16 +54,6 @@ def check_paddable(local_batch: PyTree) -> None:
             "remainder='pad' adds a feature named 'mask', but the elements already have a "
             "feature batch['mask']; rename it in the pipeline."
         )
-
-
-def encode_template(local_batch: PyTree) -> str:
-    """A batch with zero rows, as text: lets a process with no data build zero padding."""
-    empty = jax.tree_util.tree_map(lambda a: np.asarray(a)[:0], local_batch)
-    return base64.b64encode(pickle.dumps(empty)).decode("ascii")
-
-
-def decode_template(text: str) -> PyTree:
-    return pickle.loads(base64.b64decode(text))
 
 
 def pad_rows(local_batch: PyTree, rows: int) -> PyTree:

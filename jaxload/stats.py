@@ -90,21 +90,28 @@ class Stats:
 class StatsSummary:
     """Every process's :class:`Stats`, from :meth:`jaxload.Loader.stats` with ``all_processes``.
 
+    The leader (process 0) gathers all processes' numbers and names the slowest; only the
+    slowest's numbers travel back to the other processes, so that the coordinator moves O(N)
+    bytes, not O(N^2). ``per_process`` therefore holds every process's :class:`Stats` on
+    process 0, and elsewhere this process's and the slowest's (sorted by process index).
+
     Example:
       >>> summary = loader.stats(all_processes=True)   # on every process
-      >>> summary.slowest, summary.per_process[summary.slowest].ms_per_step("backend")
+      >>> summary.slowest, summary.of(summary.slowest).ms_per_step("backend")
       (1, 9.8)
     """
 
     per_process: tuple[Stats, ...]
+    slowest: int  # the process that spends the most time per step producing its batches
+    process_count: int
 
-    @property
-    def slowest(self) -> int:
-        """The process that spends the most time per step producing its batches (backend +
-        assemble): the one the others wait for in the step agreement."""
-        cost = {s.process_index: s.ms_per_step("backend") + s.ms_per_step("assemble")
-                for s in self.per_process}
-        return max(cost, key=cost.get)
+    def of(self, process_index: int) -> Stats:
+        """The :class:`Stats` of one process (any on process 0; here or the slowest elsewhere)."""
+        for s in self.per_process:
+            if s.process_index == process_index:
+                return s
+        raise KeyError(f"process {process_index}'s stats are only on process 0; this summary "
+                       f"holds processes {[s.process_index for s in self.per_process]}")
 
     def __str__(self) -> str:
         head = (f"{'process':>7} {'steps':>6} " + " ".join(f"{p + ' ms':>11}" for p in _PARTS)
@@ -112,17 +119,35 @@ class StatsSummary:
         rows = [f"{s.process_index:>7} {s.steps:>6} "
                 + " ".join(f"{s.ms_per_step(p):>11.2f}" for p in _PARTS)
                 + f" {s.ready_mean:>6.1f} {s.bytes_per_s / 1e6:>8.1f}" for s in self.per_process]
-        slow = self.per_process[self.slowest]
+        slow = self.of(self.slowest)
         note = (f"slowest: process {self.slowest} ({slow.ms_per_step('backend'):.2f} ms/step in "
                 f"its pipeline, {slow.ms_per_step('assemble'):.2f} assembling)")
+        if len(self.per_process) < self.process_count:
+            note += f"; all {self.process_count} processes are listed on process 0"
         return "\n".join([head, *rows, note])
 
 
+def _production_ms(s: Stats) -> float:
+    """Time per step producing batches (backend + assemble): what the others wait for."""
+    return s.ms_per_step("backend") + s.ms_per_step("assemble")
+
+
 def gather(stats: Stats, name: str, timeout_s: float) -> StatsSummary:
-    """Every process's ``stats`` (a collective: every process calls it at the same point)."""
-    reports = agreement.StepAgreement(name, timeout_s).exchange(
-        0, json.dumps(dataclasses.asdict(stats)))
-    return StatsSummary(tuple(Stats(**json.loads(reports[p])) for p in sorted(reports)))
+    """Every process's ``stats`` summarized (a collective: every process calls it at the same
+    point). The leader reads all; the others get back the slowest's numbers only."""
+    gathered: dict[int, Stats] = {}
+
+    def decide(reports: dict[int, str]) -> tuple[str, bool]:
+        gathered.update({p: Stats(**json.loads(r)) for p, r in reports.items()})
+        slowest = max(gathered.values(), key=_production_ms)
+        return json.dumps({"slowest": dataclasses.asdict(slowest), "count": len(gathered)}), True
+
+    verdict = json.loads(agreement.gather_once(name, json.dumps(dataclasses.asdict(stats)),
+                                               decide, timeout_s))
+    slowest = Stats(**verdict["slowest"])
+    known = gathered or {stats.process_index: stats, slowest.process_index: slowest}
+    return StatsSummary(tuple(known[p] for p in sorted(known)), slowest.process_index,
+                        verdict["count"])
 
 
 @contextlib.contextmanager

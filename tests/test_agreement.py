@@ -113,7 +113,7 @@ def test_a_failing_process_stops_the_others_with_its_error(outcomes):
     own, _ = outcomes[1]["failing"]
     assert own.startswith("ValueError: corrupt record 21")
     seen, elapsed = outcomes[0]["failing"]
-    assert seen.startswith("RuntimeError: process 1 failed while loading step 2")
+    assert seen.startswith("PeerFailedError: process 1 failed while loading step 2")
     assert "corrupt record 21" in seen
     assert elapsed < 30  # well inside timeout_s=60: the failure was announced, not timed out
 

@@ -28,7 +28,8 @@ def slow_on_one_process(slow_process: int, delay_s: float):
     steps = sum(1 for _ in loader)
     summary = loader.stats(all_processes=True)
     return dict(steps=steps, mine=loader.stats().as_dict(), slowest=summary.slowest,
-                text=str(summary), per_process=[s.as_dict() for s in summary.per_process])
+                text=str(summary), count=summary.process_count,
+                per_process={s.process_index: s.as_dict() for s in summary.per_process})
 
 
 def test_summary_names_the_slow_process():
@@ -40,7 +41,9 @@ def test_summary_names_the_slow_process():
         assert mine["process_index"] == p and mine["steps"] == 4
         assert mine["nbytes"] == 4 * 8 * 4 * 4  # steps x rows x 4 float32
         assert r["per_process"][p] == mine  # the summary carries each process's own numbers
-        assert r["slowest"] == 1
+        assert r["slowest"] == 1 and r["count"] == 2
+        # the leader holds everyone's numbers; the others their own and the slowest's
+        assert sorted(r["per_process"]) == ([0, 1] if p == 0 else [1])
         assert "slowest: process 1" in r["text"]
     slow, fast = results[1]["mine"], results[0]["mine"]
     # 32 elements slept 20 ms each, over at most 16 of Grain's reader threads
@@ -65,6 +68,6 @@ def test_single_process_stats(prefetch):
         assert stats.ready_sum == 0
     assert "process 0: 5 steps" in str(stats)
     summary = loader.stats(all_processes=True)
-    assert summary.slowest == 0 and summary.per_process[0].steps == 5
+    assert summary.slowest == 0 and summary.of(0).steps == 5
     with pytest.raises(ValueError, match="part='load'"):
         stats.ms_per_step("load")

@@ -11,6 +11,8 @@ from jaxload import agreement
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
+from jaxload.passes import Source
+from jaxload.protocol import INFINITE
 from jaxload.remainder import DROP
 from jaxload.state import Elastic, why_not_sliceable
 
@@ -115,8 +117,9 @@ def from_tf_data(
             pipeline = group.skip(consumed * elements) if consumed else group
             if not batched:
                 pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
-            batches = pipeline.prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
-            return zip(batches, itertools.count(consumed + 1))
+            batches = pipeline.prefetch(tf.data.AUTOTUNE)
+            return Source(zip(batches.as_numpy_iterator(), itertools.count(consumed + 1)),
+                          length=_length(batches))
 
         return local_batches
 
@@ -131,6 +134,16 @@ def from_tf_data(
 def _from_row(ds: Any, rows: int, plan: Any) -> Any:
     """This loading group's share of the dataset's global order from row ``rows`` on."""
     return (ds.skip(rows) if rows else ds).shard(plan.shard_count, plan.shard_index)
+
+
+def _length(ds: Any) -> int | None:
+    """The batches a pipeline holds, where tf.data knows it (``INFINITE`` after repeat())."""
+    import tensorflow as tf
+
+    n = int(ds.cardinality())
+    if n == int(tf.data.INFINITE_CARDINALITY):
+        return INFINITE
+    return n if n >= 0 else None
 
 
 def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s: float):

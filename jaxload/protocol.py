@@ -1,0 +1,204 @@
+"""The loader's step agreement: what a process reports, and the decision taken from all reports.
+
+Each round of a pass (:class:`jaxload.agreement.Exchange`), every process sends a
+:class:`Report`: how many batches it has read ahead, a digest of its batches' signature, or the
+error that stopped it. The leader turns the reports into one :class:`Decision` with
+:func:`decide`, a pure function, so it is tested against fake reports without processes.
+
+Reports are compact (about 60 bytes): the signature travels as a 16-digit digest. Only when
+digests differ does a second round carry the full text of one process per signature, so the
+error still names which processes have which shapes.
+
+Where every process knows how many batches its pipeline holds (a Grain ``MapDataset``'s ``len``,
+a tf.data ``cardinality()``), the first round fixes the pass's step count; later rounds are sparse
+(up to :data:`MAX_KNOWN_WINDOW` steps apart) and only carry failures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+MAX_WINDOW = 16  # steps read ahead and agreed on in one round when lengths are unknown
+MAX_KNOWN_WINDOW = 256  # steps between rounds when every process knows its length
+WINDOW_BYTES = 256 * 2**20  # per-process batches read ahead for one round, at most
+INFINITE = -1  # a length: the pipeline never ends (tf.data repeat())
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """One process's report for one round.
+
+    Attributes:
+      ready: batches read ahead and validated, ready to be assembled.
+      digest: the digest of this pass's batch signature, once the process has read a batch.
+      nbytes: bytes of one of its batches (sizes the next read-ahead window).
+      length: first round only: the batches its pipeline holds from here on (``INFINITE``),
+        or None where unknown.
+      error: why this process stopped (``"ValueError: ..."``), at which step, in which stage
+        (``"loading"``, ``"assembling"``, ``"resharding"``).
+      stopped: this process stopped iterating (``break``, ``close()``).
+      needs_template: ``remainder="pad"``, this process has no batch and may have to pad.
+      signature: the full signature, sent only in the round after a mismatch.
+    """
+
+    ready: int = 0
+    digest: str | None = None
+    nbytes: int = 0
+    length: int | None = None
+    error: str | None = None
+    stage: str = "loading"
+    step: int | None = None
+    stopped: bool = False
+    needs_template: bool = False
+    signature: str | None = None
+
+    def to_json(self) -> str:
+        fields = {k: v for k, v in dataclasses.asdict(self).items()
+                  if v != _DEFAULT_REPORT[k]}
+        return json.dumps(fields, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        return cls(**json.loads(text))
+
+    @property
+    def ends(self) -> bool:
+        """Whatever the others report, this report ends the pass."""
+        return self.error is not None or self.stopped
+
+
+_DEFAULT_REPORT = dataclasses.asdict(Report())
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What every process does after a round.
+
+    Attributes:
+      count: steps to hand out now (padding included).
+      more: whether another round follows.
+      window: batches to read ahead for the next round.
+      total: the pass's step count from its start, once all lengths are known.
+      error: a failure that every process raises (the failing process raises its own).
+      stopped: the process that stopped iterating; the pass ends on every process.
+      mismatch: signature digest -> processes, when they differ; a round of full signatures
+        follows, then every process raises.
+      template_from: ``remainder="pad"``: the process whose signature the processes without
+        a batch pad with; a round carrying it follows.
+      template: that signature (the decision of the round that carries it).
+    """
+
+    count: int = 0
+    more: bool = False
+    window: int = 1
+    total: int | None = None
+    error: str | None = None
+    stopped: int | None = None
+    mismatch: dict[str, list[int]] | None = None
+    template_from: int | None = None
+    template: str | None = None
+
+    def to_json(self) -> str:
+        fields = {k: v for k, v in dataclasses.asdict(self).items()
+                  if v != _DEFAULT_DECISION[k]}
+        return json.dumps(fields, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Decision:
+        return cls(**json.loads(text))
+
+    @property
+    def final(self) -> bool:
+        """The pass ends after this round (no further round runs)."""
+        return not self.more
+
+
+_DEFAULT_DECISION = dataclasses.asdict(Decision())
+
+
+def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,
+           total: int | None = None) -> Decision:
+    """The decision of a round: the same reports give the same decision on every process.
+
+    Args:
+      reports: each process's report (all processes; or the leader's alone when it ends).
+      step: the pass's step count before this round.
+      window: batches each process was asked to read ahead.
+      pad: ``remainder="pad"``: go on while any process has data (the others pad), else stop
+        at the first step some process cannot fill.
+      total: the pass's step count, if an earlier round fixed it.
+
+    Example:
+      >>> decide({0: Report(ready=2, digest="ab"), 1: Report(ready=1, digest="ab")},
+      ...        step=0, window=2, pad=False)
+      Decision(count=1, more=False, window=1, total=None, error=None, stopped=None, \
+mismatch=None, template_from=None, template=None)
+    """
+    failed = {p: r for p, r in reports.items() if r.error is not None}
+    if failed:
+        p, r = min(failed.items())
+        return Decision(error=f"process {p} failed while {r.stage} step {r.step}: {r.error}")
+    stopped = [p for p, r in reports.items() if r.stopped]
+    if stopped:
+        return Decision(stopped=min(stopped))
+    kinds: dict[str, list[int]] = {}
+    for p, r in sorted(reports.items()):
+        if r.digest is not None:
+            kinds.setdefault(r.digest, []).append(p)
+    if len(kinds) > 1:
+        return Decision(mismatch=kinds, more=True)
+    if total is None:
+        remaining = _known_total(reports, pad)
+        total = remaining if remaining in (None, INFINITE) else step + remaining
+    nbytes = max((r.nbytes for r in reports.values()), default=0)
+    if total is not None:
+        left = total - step if total != INFINITE else MAX_KNOWN_WINDOW
+        count = min(left, max(window, 1))
+        more = total == INFINITE or step + count < total
+        next_window = min(2 * max(window, 1), MAX_KNOWN_WINDOW)
+    else:
+        counts = [r.ready for r in reports.values()]
+        count = max(counts) if pad else min(counts)
+        more = count == window
+        next_window = max(1, min(2 * window, MAX_WINDOW, WINDOW_BYTES // max(nbytes, 1)))
+    template_from = None
+    if pad and count and any(r.needs_template for r in reports.values()) and kinds:
+        template_from = min(next(iter(kinds.values())))
+    return Decision(count=count, more=more, window=next_window, total=total,
+                    template_from=template_from)
+
+
+def _known_total(reports: dict[int, Report], pad: bool) -> int | None:
+    """The pass's step count if every process knows its length (first round only)."""
+    lengths = [r.length for r in reports.values()]
+    if not lengths or any(n is None for n in lengths):
+        return None
+    finite = [n for n in lengths if n != INFINITE]
+    if pad:
+        return INFINITE if len(finite) < len(lengths) else max(finite)
+    return min(finite) if finite else INFINITE
+
+
+def mismatch_error(step: int, signatures: dict[int, str], groups: dict[str, list[int]]) -> str:
+    """The message every process raises when the processes' batches differ (see :func:`decide`).
+
+    ``signatures``: the readable signature of one process per group.
+    """
+    from jaxload.agreement import _ranges
+
+    described = "\n".join(f"  processes [{_ranges(ps)}]: {signatures[min(ps)]}"
+                          for ps in groups.values())
+    return (f"at step {step} the processes' batches differ in structure, feature shapes or "
+            f"dtypes (shapes shown without the batch dim), so they cannot form one global "
+            f"batch:\n{described}")
+
+
+def parse(reports: dict[int, str]) -> dict[int, Report]:
+    return {p: Report.from_json(r) for p, r in reports.items()}
+
+
+def as_jsonable(value: Any) -> Any:
+    """Lengths from backends come as numpy ints; reports carry plain ints."""
+    return None if value is None else int(value)

@@ -1,0 +1,186 @@
+"""Real 2-process runs: nothing jaxload writes to the coordination service outlives its use, and a
+failure on one process, in any stage, reaches the other with its cause within one exchange."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import jaxload.testing
+
+
+def _outcome(fn):
+    start = time.monotonic()
+    try:
+        result = fn()
+    except Exception as e:  # the test inspects which error each process saw
+        result = f"{type(e).__name__}: {e}"
+    return result, round(time.monotonic() - start, 2)
+
+
+def _left_in_store(name: str) -> list[str]:
+    """Keys under jaxload/ once both processes are here and background closes are done."""
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    client.wait_at_barrier(f"test/{name}", 30_000)
+    deadline = time.monotonic() + 10
+    while True:  # a pass dropped without close() is closed on a background thread
+        keys = [k for k, _ in client.key_value_dir_get("jaxload")]
+        if not keys or time.monotonic() > deadline:
+            client.wait_at_barrier(f"test/{name}/read", 30_000)
+            return keys
+        time.sleep(0.05)
+
+
+def lifetimes():
+    import grain
+    import jax
+    import numpy as np
+
+    import jaxload
+    from jaxload import agreement
+
+    p = jax.process_index()
+    layout = jaxload.data_parallel()
+    ds = grain.MapDataset.range(8 * 100).map(lambda i: {"x": np.float32(i)})
+    out = {}
+
+    for prefetch in (0, 2):  # whole passes of two loaders, both remainder modes
+        a = jaxload.from_grain(ds, layout, global_batch_size=8, prefetch=prefetch)
+        b = jaxload.from_grain(ds[:8 * 50 + 3], layout, global_batch_size=8, remainder="pad",
+                               prefetch=prefetch)
+        out[f"passes{prefetch}"] = (sum(1 for _ in a), sum(1 for _ in b),
+                                    _left_in_store(f"passes{prefetch}"))
+
+    batch = next(iter(jaxload.from_grain(ds, layout, global_batch_size=8, checks="never")))
+    jaxload.check.batch(batch)
+    jaxload.check.replication(batch)
+    jaxload.check.distinct(batch)
+    jaxload.check.plan(layout, 8)
+    a.stats(all_processes=True)
+    agreement.shared_token("test", timeout_s=30)
+    out["checks"] = _left_in_store("checks")
+
+    for prefetch in (0, 2):
+        loader = jaxload.from_grain(ds, layout, global_batch_size=8, prefetch=prefetch)
+        for step, _ in enumerate(loader):  # dropped without close(): a background close
+            if step == 3:
+                break
+        with iter(loader) as batches:  # closed by `with`
+            next(batches)
+        batches = iter(loader)
+        next(batches)
+        loader.close()
+        out[f"break{prefetch}"] = _left_in_store(f"break{prefetch}")
+
+    # the pipeline fails on process 1: both raise, and nothing is left
+    def element(i):
+        if p == 1 and i == 41:
+            raise ValueError("corrupt record 41")
+        return {"x": np.float32(i)}
+
+    loader = jaxload.from_grain(grain.MapDataset.range(80).map(element), layout,
+                                global_batch_size=8, timeout_s=60)
+    out["raised"] = _outcome(lambda: sum(1 for _ in loader))[0], _left_in_store("raised")
+    return out
+
+
+@pytest.fixture(scope="module")
+def stores():
+    return jaxload.testing.run(lifetimes, num_processes=2, local_devices=2, timeout_s=240)
+
+
+def test_passes_leave_nothing_in_the_store(stores):
+    for o in stores:
+        assert o["passes0"] == (100, 51, []) and o["passes2"] == (100, 51, [])
+
+
+def test_checks_stats_and_tokens_leave_nothing(stores):
+    assert all(o["checks"] == [] for o in stores)
+
+
+def test_early_breaks_and_closes_leave_nothing(stores):
+    assert all(o["break0"] == [] and o["break2"] == [] for o in stores)
+
+
+def test_a_failed_pass_leaves_nothing(stores):
+    own, seen = stores[1]["raised"][0], stores[0]["raised"][0]
+    assert own.startswith("ValueError: corrupt record 41")
+    assert seen.startswith("PeerFailedError: process 1 failed while loading step 5")
+    assert all(o["raised"][1] == [] for o in stores)
+
+
+def failures(stage: str):
+    """Process 1 fails in ``stage`` at step 2 of a pass; what each process raises, how soon."""
+    import grain
+    import jax
+    import numpy as np
+
+    import jaxload
+    from jaxload import check, passes, transport
+
+    p = jax.process_index()
+    calls = {"n": 0}
+
+    def failing_on_process_1(fn, at=2):
+        def wrapped(*args, **kwargs):
+            calls["n"] += 1
+            if p == 1 and calls["n"] == at + 1:
+                raise RuntimeError(f"injected {stage} failure")
+            return fn(*args, **kwargs)
+        return wrapped
+
+    ds = grain.MapDataset.range(8 * 40).map(lambda i: {"x": np.float32(i)})
+    layout = jaxload.data_parallel()
+    options = dict(global_batch_size=8, timeout_s=60, checks="never")
+    if stage == "assembling":
+        passes.build_global = failing_on_process_1(passes.build_global)
+    elif stage == "padding":
+        # process 1 has fewer elements: it pads from step 2 on
+        ds = ds[: 8 * 2 + 1] if p == 1 else ds
+        passes.pad_rows = failing_on_process_1(passes.pad_rows)
+        options.update(remainder="pad", shard=False)
+    elif stage == "resharding":
+        layout = jaxload.model_replicas_across_processes(2)
+        options.update(load_once=True)
+    elif stage == "checking":
+        check._records = failing_on_process_1(check._records, at=0)
+        options.update(checks=1)
+    elif stage == "unreported":
+        # the pipeline fails and the report cannot be sent: the process's own error is raised
+        passes.build_global = failing_on_process_1(passes.build_global)
+
+        def unreachable(self, key, value):
+            raise RuntimeError("UNAVAILABLE: the coordinator cannot be reached")
+        if p == 1:
+            transport.CoordinationTransport.set = unreachable
+        options.update(timeout_s=5)
+    loader = jaxload.from_grain(ds, layout, **options)
+    if stage == "resharding":
+        reshard = loader._reshard
+        loader._reshard = failing_on_process_1(reshard)
+
+    def consume():
+        for batch in loader:
+            jax.block_until_ready(batch)
+
+    return _outcome(consume)
+
+
+@pytest.mark.parametrize("stage", ["assembling", "padding", "resharding", "checking"])
+def test_a_failure_in_any_stage_reaches_every_process_with_its_cause(stage):
+    (own, _), (seen, elapsed) = jaxload.testing.run(
+        failures, num_processes=2, local_devices=2, args=(stage,), timeout_s=120)[::-1]
+    assert own.startswith(f"RuntimeError: injected {stage} failure")
+    assert seen.startswith(f"PeerFailedError: process 1 failed while {stage}"), seen
+    assert f"injected {stage} failure" in seen
+    assert elapsed < 30  # well inside timeout_s=60: announced, not timed out
+
+
+def test_a_failure_that_cannot_be_reported_raises_the_processes_own_error():
+    (own, _), (seen, _) = jaxload.testing.run(
+        failures, num_processes=2, local_devices=2, args=("unreported",), timeout_s=120)[::-1]
+    assert own.startswith("RuntimeError: injected unreported failure")
+    assert seen.startswith("PeerTimeoutError: process 0 waited for the other processes")
