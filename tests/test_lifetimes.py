@@ -149,13 +149,21 @@ def failures(stage: str):
         check._records = failing_on_process_1(check._records, at=0)
         options.update(checks=1)
     elif stage == "unreported":
-        # the pipeline fails and the report cannot be sent: the process's own error is raised
-        passes.build_global = failing_on_process_1(passes.build_global)
-
+        # assembly fails and then the report cannot be sent: the process's own error is raised
         def unreachable(self, key, value):
             raise RuntimeError("UNAVAILABLE: the coordinator cannot be reached")
-        if p == 1:
-            transport.CoordinationTransport.set = unreachable
+
+        def cut_off_then_fail(fn):
+            def wrapped(*args, **kwargs):
+                calls["n"] += 1
+                if p == 1 and calls["n"] == 3:
+                    transport.CoordinationTransport.set = unreachable
+                    transport.CoordinationTransport.increment = unreachable
+                    raise RuntimeError(f"injected {stage} failure")
+                return fn(*args, **kwargs)
+            return wrapped
+
+        passes.build_global = cut_off_then_fail(passes.build_global)
         options.update(timeout_s=5)
     loader = jaxload.from_grain(ds, layout, **options)
     if stage == "resharding":

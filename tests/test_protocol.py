@@ -163,7 +163,7 @@ def test_every_process_gets_the_leaders_decision_and_nothing_is_left(n):
 def test_coordinator_bytes_grow_linearly_with_the_processes():
     def work(t):
         exchange = Exchange("x", timeout_s=10, transport=t)
-        for r in range(10):
+        for _ in range(10):
             exchange.round("r" * 60, lambda reports: ("d" * 40, False))
         exchange.leave()
 
