@@ -17,15 +17,21 @@ def measure():
     import numpy as np
     from jax.experimental import multihost_utils
 
-    from jaxload.agreement import StepAgreement
+    from jaxload import protocol
+    from jaxload.agreement import Exchange
 
-    agreement = StepAgreement("bench", timeout_s=60)
-    payload = "batch['x']:float32[64, 3];batch['y']:int32[64]"
-    agreement.exchange(0, payload)
+    def decide(reports):
+        d = protocol.decide(protocol.parse(reports), step=0, window=16, pad=False)
+        return d.to_json(), False
+
+    exchange = Exchange("bench", timeout_s=60)
+    report = protocol.Report(ready=16, digest="0123456789abcdef", nbytes=2**20).to_json()
+    exchange.round(report, decide)
     start = time.perf_counter()
-    for step in range(1, STEPS + 1):
-        agreement.exchange(step, payload)
+    for _ in range(STEPS):
+        exchange.round(report, decide)
     kv = (time.perf_counter() - start) / STEPS
+    exchange.leave()
 
     flag = np.ones((1,), np.int32)
     multihost_utils.process_allgather(flag)

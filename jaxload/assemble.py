@@ -17,13 +17,15 @@ process the whole batch is local, and one ``jax.device_put`` of all leaves is ex
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
 
-from jaxload.layouts import Plan
+from jaxload.layouts import Plan, feature_name, spec_shape_error
 
 PyTree = Any
 
@@ -68,9 +70,30 @@ def check_local_batch(
             )
         rows = array.shape[0]
         named.append((name, array))
+        _check_spec_fits(path, name, array, plan)
     if not named:
         raise ValueError("the batch has no array leaves")
+    _check_specs_used(local_batch, plan)
     return named
+
+
+def _check_spec_fits(path: tuple, name: str, array: np.ndarray, plan: Plan) -> None:
+    spec = dict(plan.feature_specs).get(feature_name(path))
+    if spec is not None:
+        error = spec_shape_error(name, spec, array.shape[1:], dict(plan.sharding.mesh.shape))
+        if error:
+            raise ValueError(error)
+
+
+def _check_specs_used(local_batch: PyTree, plan: Plan) -> None:
+    """Every feature named in the layout's ``feature_specs`` must be a key of the batch."""
+    features = set(local_batch) if isinstance(local_batch, dict) else set()
+    missing = [name for name, _ in plan.feature_specs if name not in features]
+    if missing:
+        raise ValueError(
+            f"the layout's feature_specs name feature {missing[0]!r}, but the batch has no such "
+            f"top-level feature (its features: {sorted(map(str, features))}); feature_specs "
+            "keys must be top-level keys of dict elements")
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -115,14 +138,43 @@ def assemble(local_batch: PyTree, plan: Plan) -> PyTree:
 
 def build_global(treedef, leaves: list[np.ndarray], plan: Plan) -> PyTree:
     """``assemble`` for leaves already validated by :func:`check_local_batch`."""
+    shardings = _leaf_shardings(treedef, plan.sharding, plan.feature_specs)
     if plan.sharding.is_fully_addressable:
         # One process holds the whole batch, so device_put is exact here, and one call for all
         # leaves costs about half of one make_array_from_process_local_data per leaf.
-        return jax.tree_util.tree_unflatten(treedef, jax.device_put(leaves, plan.sharding))
-    arrays = [
-        jax.make_array_from_process_local_data(
-            plan.sharding, leaf, (plan.global_batch_size,) + leaf.shape[1:]
-        )
-        for leaf in leaves
-    ]
+        return jax.tree_util.tree_unflatten(treedef, jax.device_put(leaves, list(shardings)))
+    arrays = []
+    for leaf, sharding in zip(leaves, shardings, strict=True):
+        shape = (plan.global_batch_size,) + leaf.shape[1:]
+        for dim, held in _held_columns(sharding, shape):  # only what this process's devices hold
+            leaf = leaf[(slice(None),) * dim + (held,)]
+        arrays.append(jax.make_array_from_process_local_data(sharding, leaf, shape))
     return jax.tree_util.tree_unflatten(treedef, arrays)
+
+
+@functools.lru_cache(maxsize=256)
+def _leaf_shardings(treedef, sharding, feature_specs) -> tuple:
+    """The sharding of each leaf of a batch structure: its top-level feature's, or the batch's."""
+    specs = dict(feature_specs)
+    paths = jax.tree_util.tree_flatten_with_path(
+        jax.tree_util.tree_unflatten(treedef, [0] * treedef.num_leaves))[0]
+    return tuple(sharding if specs.get(feature_name(path)) is None
+                 else NamedSharding(sharding.mesh, specs[feature_name(path)]) for path, _ in paths)
+
+
+@functools.lru_cache(maxsize=256)
+def _held_columns(sharding, shape: tuple[int, ...]) -> tuple[tuple[int, Any], ...]:
+    """Per non-batch dim of which this process's devices hold only part: the indices they hold
+    (a slice where contiguous), in the order ``make_array_from_process_local_data`` expects: the
+    distinct device blocks of that dim, ascending, one after the other."""
+    indices = sharding.addressable_devices_indices_map(shape).values()
+    held = []
+    for dim in range(1, len(shape)):
+        blocks = sorted({index[dim].indices(shape[dim])[:2] for index in indices})
+        if sum(b - a for a, b in blocks) == shape[dim]:
+            continue
+        if all(b[0] == a[1] for a, b in zip(blocks, blocks[1:], strict=False)):
+            held.append((dim, slice(blocks[0][0], blocks[-1][1])))
+        else:
+            held.append((dim, np.concatenate([np.arange(a, b) for a, b in blocks])))
+    return tuple(held)

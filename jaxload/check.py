@@ -228,6 +228,7 @@ def plan(layout: Layout, global_batch_size: int, *, timeout_s: float = DEFAULT_T
     mine = {
         "mesh": dict(mesh.shape),
         "batch_axes": list(layout.batch_axes),
+        "feature_specs": {name: str(spec) for name, spec in layout.feature_specs},
         "global_batch_size": global_batch_size,
         "devices": fingerprint(np.array([d.id for d in mesh.devices.flat])),
     }
@@ -250,5 +251,6 @@ def _verify_plan(seen: dict[int, dict]) -> None:
 
 
 def _describe_plan(p: dict) -> str:
-    return (f"mesh {p['mesh']}, batch_axes {tuple(p['batch_axes'])}, global_batch_size "
+    specs = f", feature_specs {p['feature_specs']}" if p["feature_specs"] else ""
+    return (f"mesh {p['mesh']}, batch_axes {tuple(p['batch_axes'])}{specs}, global_batch_size "
             f"{p['global_batch_size']}, device order #{p['devices']}")

@@ -5,6 +5,8 @@ Examples:
       --model-size 2 --global-batch-size 16 --svg plan.svg
   jaxload plan --processes 2 --local-devices 4 --mesh-shape 4,2 --mesh-axes data,model \\
       --batch-axes data --global-batch-size 32
+  jaxload plan --processes 2 --local-devices 4 --mesh-shape 4,2 --mesh-axes data,seq \\
+      --batch-axes data --feature-spec tokens=data,seq --global-batch-size 8 --svg cp.svg
   jaxload launch -n 2 --local-devices 4 -- python examples/quick_reference.py
 """
 
@@ -36,12 +38,29 @@ def _plan_layout(args: argparse.Namespace):
                              f"topology {args.processes}x{args.local_devices} has {len(devices)}")
         mesh = jax.sharding.Mesh(np.array(devices).reshape(shape), axes)
         batch_axes = tuple(args.batch_axes.split(",")) if args.batch_axes else ()
-        return jaxload.Layout(mesh, batch_axes)
+        specs = dict(_feature_spec(text) for text in args.feature_spec or ())
+        return jaxload.Layout(mesh, batch_axes, specs or None)
+    if args.feature_spec:
+        raise ValueError("--feature-spec needs --mesh-shape, --mesh-axes and --batch-axes")
     if args.layout == "data-parallel":
         return jaxload.data_parallel(devices=devices)
     if args.layout == "replicas-in-process":
         return jaxload.model_replicas_in_process(args.model_size, devices=devices)
     return jaxload.model_replicas_across_processes(args.model_size, devices=devices)
+
+
+def _feature_spec(text: str):
+    """``tokens=data,seq`` -> ``("tokens", P("data", "seq"))``; ``None`` or ``-`` for a replicated
+    dim, ``a+b`` for a dim over two axes."""
+    from jax.sharding import PartitionSpec
+
+    name, sep, entries = text.partition("=")
+    if not sep or not name or not entries:
+        raise ValueError(f"--feature-spec {text!r} must look like NAME=AXES,AXES,... e.g. "
+                         "tokens=data,seq")
+    parsed = [None if e in ("None", "-", "") else tuple(e.split("+")) if "+" in e else e
+              for e in entries.split(",")]
+    return name, PartitionSpec(*parsed)
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -80,6 +99,9 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--mesh-shape", help="instead of --layout: e.g. 4,2")
     plan.add_argument("--mesh-axes", help="names of the mesh dims, e.g. data,model")
     plan.add_argument("--batch-axes", help="mesh axes the batch is sharded over, e.g. data")
+    plan.add_argument("--feature-spec", action="append", metavar="NAME=AXES,...",
+                      help="with --mesh-shape: shard a feature beyond its rows, e.g. "
+                      "tokens=data,seq (repeatable; None for a replicated dim)")
     plan.add_argument("--global-batch-size", type=int, required=True)
     plan.add_argument("--max-processes", type=int, default=16,
                       help="processes shown in the device table and the SVG")

@@ -52,9 +52,30 @@ def initialize(**kwargs) -> None:
         )
 
 
+def cpu_client_threads(local_devices: int, env: dict[str, str] | None = None) -> str:
+    """``NPROC`` for a process with ``local_devices`` fake CPU devices: at least twice as many.
+
+    XLA:CPU sizes the thread pool that launches and runs computations by ``NPROC`` (else the
+    machine's core count), at least one thread per device. A loop that dispatches steps ahead
+    fills each device's queue of in-flight computations (32); the next step's launch then waits
+    for a slot *on a pool thread*. With fewer than ``2 x local_devices`` threads, those waiting
+    launches and the devices already inside a cross-process collective (gloo) can take every
+    thread, so the device the collective waits for never runs: a deadlock after ~30-100 steps.
+
+    Example:
+      >>> int(cpu_client_threads(4, {"NPROC": "2"})) >= 8
+      True
+    """
+    env = os.environ if env is None else env
+    current = int(env.get("NPROC") or 0) if (env.get("NPROC") or "").isdigit() else 0
+    return str(max(current, os.cpu_count() or 1, 2 * local_devices))
+
+
 def process_env(process_id: int, num_processes: int, local_devices: int, port: int,
                 heartbeat_timeout_s: int | None = None) -> dict[str, str]:
-    """The environment of one local process: fake CPU devices and the cluster's coordinates."""
+    """The environment of one local process: fake CPU devices and the cluster's coordinates,
+    and enough XLA:CPU client threads for steps dispatched far ahead
+    (:func:`cpu_client_threads`)."""
     env = dict(os.environ)
     if heartbeat_timeout_s:
         env[_ENV_HEARTBEAT] = str(int(heartbeat_timeout_s))
@@ -62,6 +83,7 @@ def process_env(process_id: int, num_processes: int, local_devices: int, port: i
     env.update(
         XLA_FLAGS=" ".join(flags + [f"--xla_force_host_platform_device_count={local_devices}"]),
         JAX_PLATFORMS="cpu",
+        NPROC=cpu_client_threads(local_devices, env),
         PYTHONUNBUFFERED="1",
         TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
         **{

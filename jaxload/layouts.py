@@ -27,6 +27,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 Device = Any  # a jax.Device or a SimulatedDevice: anything with .id and .process_index
 RowRange = tuple[int, int]  # [start, stop) rows of a batch
+FeatureSpecs = tuple[tuple[str, PartitionSpec], ...]  # (top-level feature name, spec), by name
+# (device id, feature, dim, block, blocks): the device holds block ``block`` of ``blocks`` equal
+# blocks of dimension ``dim`` of the feature
+Column = tuple[int, str, int, int, int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +86,11 @@ class Plan:
         per-process batch, sorted by device id.
       loading_groups: the process indices of each loading group, in ``shard_index`` order.
       sharding: the ``NamedSharding`` of the batch dimension this plan was derived from.
+      feature_specs: ``(feature, PartitionSpec)`` of the features the layout shards beyond
+        their rows (see :class:`Layout`), by name.
+      device_columns: ``(device_id, feature, dim, block, blocks)`` per addressable device and
+        sharded non-batch dimension: the device holds block ``block`` of ``blocks`` equal blocks
+        of that dimension (the columns), sorted by device id.
 
     Example:
       >>> layout = data_parallel(devices=simulated_devices(2, 4))
@@ -101,6 +110,13 @@ class Plan:
     device_rows: tuple[tuple[int, int, int], ...]
     loading_groups: tuple[tuple[int, ...], ...]
     sharding: NamedSharding = dataclasses.field(repr=False, compare=False)
+    feature_specs: FeatureSpecs = ()
+    device_columns: tuple[Column, ...] = ()
+
+    def sharding_of(self, feature: str | None) -> NamedSharding:
+        """The sharding of a top-level feature: its spec's, else the batch sharding."""
+        spec = dict(self.feature_specs).get(feature)
+        return self.sharding if spec is None else NamedSharding(self.sharding.mesh, spec)
 
     def explain(self, *, max_processes: int = 16) -> str:
         """Tables of the loading groups and of the rows each device holds (needs ``rich``).
@@ -131,22 +147,33 @@ class Plan:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """A mesh and the mesh axes the batch (leading) dimension is sharded over.
+    """A mesh, the mesh axes the batch (leading) dimension is sharded over, and optionally how
+    some features are sharded beyond their rows.
 
     The batch is split over ``batch_axes`` and replicated over the other mesh axes; trailing
     dimensions are replicated. Any mesh works if each process's devices hold a contiguous block
     of rows (checked by :meth:`plan`).
 
+    ``feature_specs`` maps a top-level feature name to a ``PartitionSpec`` whose first entry is
+    ``batch_axes`` and whose other entries shard the feature's other dimensions, e.g.
+    ``{"tokens": P("data", "seq")}`` for context parallelism. Loading groups stay defined by
+    rows: a process loads whole rows and hands each of its devices only the columns it holds.
+
     Example:
       >>> mesh = jax.sharding.Mesh(np.array(simulated_devices(2, 4)).reshape(4, 2), ("data", "model"))
       >>> Layout(mesh, "data").plan(global_batch_size=8).local_batch_size
       4
+      >>> layout = Layout(mesh, "data", {"tokens": PartitionSpec("data", "model")})
+      >>> layout.plan(global_batch_size=8).device_columns[:2]
+      ((0, 'tokens', 1, 0, 2), (1, 'tokens', 1, 1, 2))
     """
 
     mesh: Mesh
     batch_axes: tuple[str, ...]
+    feature_specs: FeatureSpecs
 
-    def __init__(self, mesh: Mesh, batch_axes: str | Sequence[str]):
+    def __init__(self, mesh: Mesh, batch_axes: str | Sequence[str],
+                 feature_specs: dict[str, PartitionSpec] | None = None):
         if not isinstance(mesh, Mesh):
             raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
         axes = (batch_axes,) if isinstance(batch_axes, str) else tuple(batch_axes)
@@ -158,11 +185,31 @@ class Layout:
             )
         object.__setattr__(self, "mesh", mesh)
         object.__setattr__(self, "batch_axes", axes)
+        object.__setattr__(self, "feature_specs", _checked_specs(mesh, axes, feature_specs))
 
     @property
     def sharding(self) -> NamedSharding:
         """The ``NamedSharding`` of a batch leaf of any rank: dim 0 over ``batch_axes``."""
         return NamedSharding(self.mesh, PartitionSpec(self.batch_axes or None))
+
+    def shardings(self, batch: Any) -> Any:
+        """The ``NamedSharding`` of each leaf of a batch: its top-level feature's spec, or
+        :attr:`sharding`.
+
+        Example:
+          >>> mesh = Mesh(np.array(simulated_devices(2, 4)).reshape(4, 2), ("data", "seq"))
+          >>> layout = Layout(mesh, "data", {"tokens": PartitionSpec("data", "seq")})
+          >>> shardings = layout.shardings({"tokens": np.zeros((8, 16)), "label": np.zeros(8)})
+          >>> shardings["tokens"].spec, shardings["label"].spec
+          (P('data', 'seq'), P('data',))
+        """
+        specs = dict(self.feature_specs)
+
+        def of(path, _):
+            spec = specs.get(feature_name(path))
+            return self.sharding if spec is None else NamedSharding(self.mesh, spec)
+
+        return jax.tree_util.tree_map_with_path(of, batch)
 
     @property
     def num_batch_shards(self) -> int:
@@ -222,6 +269,78 @@ class Layout:
         # rows over every device where they divide evenly: fewer host-to-device bytes per step
         axes = ("process", "local") if global_batch_size % mesh.devices.size == 0 else "process"
         return Layout(mesh, axes).plan(global_batch_size, process_index=process_index)
+
+
+def feature_name(path: tuple) -> str | None:
+    """The top-level feature name of a leaf's pytree path (None outside a dict)."""
+    key = path[0] if path else None
+    return key.key if isinstance(key, jax.tree_util.DictKey) else None
+
+
+def _spec_axes(entry: Any) -> tuple[str, ...]:
+    return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def _entry(axes: tuple[str, ...]) -> Any:
+    """A spec entry for ``axes``: None, one name, or a tuple of names."""
+    return None if not axes else axes[0] if len(axes) == 1 else axes
+
+
+def _checked_specs(mesh: Mesh, batch_axes: tuple[str, ...],
+                   feature_specs: dict[str, PartitionSpec] | None) -> FeatureSpecs:
+    """``feature_specs`` as sorted pairs, or a ValueError/TypeError naming the feature."""
+    if feature_specs is None:
+        return ()
+    if not isinstance(feature_specs, dict):
+        raise TypeError(f"feature_specs must be a dict of feature name -> PartitionSpec, got "
+                        f"{type(feature_specs).__name__}")
+    checked = []
+    for name, spec in sorted(feature_specs.items(), key=lambda kv: str(kv[0])):
+        where = f"feature_specs[{name!r}]"
+        if not isinstance(name, str):
+            raise TypeError(f"{where}: feature names must be str (top-level dict keys)")
+        if not isinstance(spec, PartitionSpec):
+            raise TypeError(f"{where} must be a jax.sharding.PartitionSpec, got {spec!r}")
+        if not len(spec) or _spec_axes(spec[0]) != batch_axes:
+            raise ValueError(
+                f"{where}={spec} must start with the batch axes {batch_axes!r} (rows are "
+                f"sharded as for every feature), e.g. PartitionSpec({_entry(batch_axes)!r}, ...)")
+        used = [a for entry in spec for a in _spec_axes(entry)]
+        unknown = sorted(set(used) - set(mesh.axis_names))
+        if unknown or len(set(used)) != len(used):
+            raise ValueError(f"{where}={spec} must use distinct axes of the mesh, whose axes are "
+                             f"{tuple(mesh.axis_names)!r}")
+        checked.append((name, spec))
+    return tuple(checked)
+
+
+def spec_shape_error(feature: str, spec: PartitionSpec, shape: tuple[int, ...],
+                     mesh_shape: dict[str, int]) -> str | None:
+    """Why ``spec`` cannot shard a feature whose rows have ``shape`` (None if it can)."""
+    if len(spec) - 1 > len(shape):
+        return (f"feature {feature} has shape {shape} per row (rank {len(shape)}), but its "
+                f"spec {spec} shards {len(spec) - 1} dimensions after the batch dim")
+    for dim, entry in enumerate(spec[1:], start=1):
+        count = math.prod(mesh_shape[a] for a in _spec_axes(entry))
+        if shape[dim - 1] % count:
+            return (f"feature {feature} has shape {shape} per row; its spec {spec} splits dim "
+                    f"{dim} (size {shape[dim - 1]}) into {count} blocks over {entry!r}, which "
+                    f"does not divide it. Pad that dimension to a multiple of {count}.")
+    return None
+
+
+def _device_columns(layout: Layout, device_ids: list[int]) -> tuple[Column, ...]:
+    """Which block of each sharded non-batch dim each device holds, for every feature spec."""
+    columns = []
+    for name, spec in layout.feature_specs:
+        counts = [math.prod(layout.mesh.shape[a] for a in _spec_axes(e)) for e in spec]
+        # a shape of one unit per block: each device's index start is its block number
+        indices = NamedSharding(layout.mesh, spec).devices_indices_map(tuple(counts))
+        for device, index in indices.items():
+            if device.id in device_ids:
+                columns += [(device.id, name, dim, index[dim].indices(counts[dim])[0], counts[dim])
+                            for dim in range(1, len(spec)) if counts[dim] > 1]
+    return tuple(sorted(columns))
 
 
 def _devices(devices: Sequence[Device] | None) -> list[Device]:
@@ -356,6 +475,8 @@ def _plans(layout: Layout, global_batch_size: int) -> tuple[Plan, ...]:
                 ),
                 loading_groups=groups,
                 sharding=sharding,
+                feature_specs=layout.feature_specs,
+                device_columns=_device_columns(layout, [d.id for d in local_devices]),
             )
         )
     return tuple(plans)

@@ -33,6 +33,8 @@ from jaxload.agreement import PeerFailedError
 from jaxload.layouts import Layout, Plan
 from jaxload.passes import Handout, Pass
 from jaxload.prefetch import closer, prefetched
+from jaxload.records import Recorder
+from jaxload.records import gather as gather_records
 from jaxload.remainder import DROP, check_remainder
 from jaxload.stats import Stats, StatsSummary, gather, timed
 
@@ -81,12 +83,14 @@ class Loader:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         not_resumable: str | None = None,
         elastic: states.Elastic = states.NOT_ELASTIC,
+        record: str | None = None,
     ):
         """``local_batches(position)`` starts a pass at a backend position (None: the start) and
         yields this process's numpy batches, each with the backend position after it (JSON).
         ``not_resumable``: why ``set_state`` cannot work with this backend, if it cannot.
         ``elastic``: how the pipeline starts at a global row, for a state from another topology
-        (:class:`jaxload.state.Elastic`)."""
+        (:class:`jaxload.state.Elastic`).
+        ``record``: a top-level feature whose values per step :meth:`records` returns."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self.prefetch = check_prefetch(prefetch)
@@ -102,7 +106,7 @@ class Loader:
         # from the prefetch thread, processes could launch collectives in different orders, or
         # one could launch a reshard that another (stopped early) never joins.
         self._reshard = (None if plan.sharding == layout.sharding
-                         else lambda batch: jax.device_put(batch, layout.sharding))
+                         else lambda batch: jax.device_put(batch, layout.shardings(batch)))
         self._backend = backend
         self._timeout_s = timeout_s
         self._not_resumable = not_resumable
@@ -116,6 +120,7 @@ class Loader:
         self._position = _START
         self._resume = _START  # where the next pass starts
         self._current: weakref.ref[LoaderIterator] | None = None
+        self._recorder = Recorder(record, plan.shard_index)
 
     def __repr__(self) -> str:
         p = self.plan
@@ -132,6 +137,7 @@ class Loader:
         self._position = start
         exchange = agreement.Exchange(f"{self._id}.{self._passes}", self._timeout_s)
         self._passes += 1
+        self._recorder.start_pass()
         current = LoaderIterator(self, exchange, start)
         # weakly held: a pass dropped by the loop (a `break`) is closed at once, not at exit
         self._current = weakref.ref(current)
@@ -159,6 +165,28 @@ class Loader:
             return mine
         self._summaries += 1
         return gather(mine, f"{self._id}.stats.{self._summaries}", self._timeout_s)
+
+    def records(self, *, all_processes: bool = False, clear: bool = False) -> list[dict]:
+        """Per step handed out, the values of the ``record=`` feature each loading group
+        contributed (real rows only), in step order: ``{"pass": 0, "step": 3, "ids": {0: [...],
+        1: [...]}}`` with ``ids`` keyed by loading group (``shard_index``). Host-side: no device
+        work. See :mod:`jaxload.records`.
+
+        By default this process's group only. With ``all_processes=True`` (every process calls
+        it at the same point) process 0 gets every group's ids; the others get their own.
+        ``clear=True`` forgets the steps returned, to log them in chunks.
+
+        Example:
+          >>> loader = jaxload.from_grain(ds, layout, global_batch_size=64, record="id")
+          >>> for step, batch in enumerate(loader): ...
+          >>> loader.records(all_processes=True)[-1]
+          {'pass': 0, 'step': 15, 'ids': {0: [960, 962, ...], 1: [961, 963, ...]}}
+        """
+        if self._recorder.feature is None:
+            raise ValueError("this loader records nothing; build it with record='<feature>' "
+                             "(e.g. record='id') to get records()")
+        mine = self._recorder.steps(clear=clear)
+        return gather_records(mine, self.plan, self._timeout_s) if all_processes else mine
 
     def get_state(self) -> dict:
         """The position after the last batch handed out, as a JSON-serializable dict.
@@ -212,7 +240,7 @@ class LoaderIterator:
         source = loader._elastic.pipeline(start, loader._local_batches)
         run = Pass(exchange, source, loader.plan, remainder=loader.remainder, start=start,
                    stats=loader._stats, check_period=loader._check_period,
-                   failure=lambda: failure[0])
+                   failure=lambda: failure[0], recorder=loader._recorder)
         stats = loader._stats
 
         def count_ready(n: int) -> None:
@@ -243,6 +271,7 @@ class LoaderIterator:
             self._closed = True  # the pass reported the failure itself
             raise
         batch = self._handed_out(handout)
+        loader._recorder.handed_out(handout.step)
         now = time.perf_counter()
         loader._position = {**self._start, **handout.position}  # and the pipeline's origin
         stats.steps += 1
@@ -291,7 +320,7 @@ class LoaderIterator:
                 f"{type(e).__name__}: {e}")
             try:
                 zeros = jax.tree_util.tree_map(jax.numpy.zeros_like, handout.batch)
-                jax.device_put(zeros, loader.layout.sharding)
+                jax.device_put(zeros, loader.layout.shardings(zeros))
             except Exception:  # noqa: BLE001 - the original failure is what is raised
                 pass
             e.jaxload_stage, e.jaxload_step = "resharding", handout.step

@@ -29,6 +29,7 @@ from jaxload.agreement import Exchange, PeerFailedError
 from jaxload.assemble import build_global, check_local_batch
 from jaxload.layouts import Plan
 from jaxload.protocol import Decision, Report
+from jaxload.records import Recorder
 from jaxload.remainder import PAD, check_paddable, pad_rows
 from jaxload.stats import Stats, timed
 
@@ -68,10 +69,12 @@ class ReadAhead:
     is how many batches it holds (``protocol.INFINITE`` for no end).
     """
 
-    def __init__(self, source: Iterator, plan: Plan, pad: bool, stats: Stats, first_step: int):
+    def __init__(self, source: Iterator, plan: Plan, pad: bool, stats: Stats, first_step: int,
+                 recorder: Recorder | None = None):
         self.length = getattr(source, "length", None)
         self._source = iter(source)
         self._plan, self._pad, self._stats = plan, pad, stats
+        self._recorder = recorder
         self.ahead: collections.deque[Local] = collections.deque()
         self.exhausted = False
         self.signature: str | None = None  # this pass's batch signature (JSON)
@@ -99,6 +102,8 @@ class ReadAhead:
     def _validated(self, local: PyTree, position: Any) -> Local:
         if self._pad:
             check_paddable(local)
+        if self._recorder is not None:
+            self._recorder.check(local)
         named = check_local_batch(local, self._plan, partial=self._pad)
         leaves = [a for _, a in named]
         treedef = jax.tree_util.tree_structure(local)
@@ -144,7 +149,8 @@ class Pass:
 
     def __init__(self, exchange: Exchange, source: Iterator, plan: Plan, *, remainder: str,
                  start: dict, stats: Stats, check_period: int,
-                 failure: Callable[[], BaseException | None] = lambda: None):
+                 failure: Callable[[], BaseException | None] = lambda: None,
+                 recorder: Recorder | None = None):
         self._exchange = exchange
         self._plan = plan
         self._pad = remainder == PAD
@@ -153,7 +159,8 @@ class Pass:
         self._failure = failure
         self._first_step = self._step = start["step"]
         self._position = start["position"]
-        self._reader = ReadAhead(source, plan, self._pad, stats, self._step)
+        self._reader = ReadAhead(source, plan, self._pad, stats, self._step, recorder)
+        self._recorder = recorder
         self._template: str | None = None  # the signature to pad with, when this process has none
         self._ended = False
         self._doing = "assembling"  # or "padding": the part of stage 3 under way
@@ -208,6 +215,7 @@ class Pass:
         return decision
 
     def _round(self, report: Report, decide) -> str:
+        self._stats.rounds += 1
         return self._exchange.round(report.to_json(), decide, where=f"step {self._step}")
 
     def _raise_mismatch(self, decision: Decision) -> None:
@@ -253,6 +261,9 @@ class Pass:
                 leaves = jax.tree_util.tree_leaves(padded)
             else:
                 treedef, leaves, self._position = local
+            if self._recorder is not None:  # this process's real rows, before padding
+                self._recorder.add(self._step, None if local is None else
+                                   jax.tree_util.tree_unflatten(treedef, leaves))
             if self._pad:
                 padded = pad_rows(jax.tree_util.tree_unflatten(treedef, leaves),
                                   self._plan.local_batch_size)

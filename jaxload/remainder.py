@@ -12,6 +12,12 @@ Remainder modes (the ``remainder=`` option of :func:`jaxload.from_tf_data` and
   compilation). Batches must be dicts (the mask is added as a key; an element that already has a
   ``"mask"`` key is refused); for tuple or array elements, map them to a dict first. Use
   :func:`unpad` to keep only the real rows of an output.
+
+With ``"pad"``, ``global_batch_size`` may also be smaller than the number of batch shards, or
+not a multiple of it (eval on a large mesh): the batch placed on the devices then has
+:func:`padded_batch_size` rows, its first ``global_batch_size`` rows real and the others padding
+(``mask`` False). Each loading group reads only the real rows of its block
+(:func:`rows_read`), so a group whose block is all padding reads nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +45,57 @@ def check_remainder(remainder: str) -> str:
             + ", ".join(repr(m) for m in REMAINDER_MODES)
         )
     return remainder
+
+
+def padded_batch_size(layout: Any, global_batch_size: int, remainder: str) -> int:
+    """The rows placed on the devices per step: ``global_batch_size`` rounded up to a multiple
+    of the layout's batch shards with ``"pad"``; with ``"drop"`` it must be one already.
+
+    Example:
+      >>> layout = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4))
+      >>> padded_batch_size(layout, 12, "pad"), padded_batch_size(layout, 3, "pad")
+      (16, 8)
+    """
+    shards = layout.num_batch_shards
+    if (not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool)
+            or global_batch_size < 1):
+        raise ValueError(f"global_batch_size={global_batch_size!r} must be a positive int")
+    physical = -(-global_batch_size // shards) * shards
+    if physical != global_batch_size and remainder != PAD:
+        raise ValueError(
+            f"global_batch_size={global_batch_size} is not a multiple of the {shards} batch "
+            f"shards of the layout, and remainder={remainder!r} cannot fill the difference. Use "
+            f"a multiple of {shards} (e.g. {max(physical - shards, shards)} or {physical}), or "
+            f"remainder='pad': the batch then has {physical} rows, the last "
+            f"{physical - global_batch_size} of them padding with mask=False.")
+    return physical
+
+
+def rows_read(plan: Any, global_batch_size: int) -> int:
+    """Real rows of this process's block per step: the rows of ``plan.global_rows`` below
+    ``global_batch_size``. 0 for a loading group that holds only padding.
+
+    Example:
+      >>> plans = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4)).plans(16)
+      >>> [rows_read(p, 12) for p in plans]
+      [8, 4]
+    """
+    start, stop = plan.global_rows
+    return max(0, min(stop, global_batch_size) - start)
+
+
+def check_padded_options(shard: bool, batched: bool, other: str | None = None) -> None:
+    """A padded global batch (``global_batch_size`` not a multiple of the batch shards) is cut
+    into the loading groups' real rows by jaxload, which needs the whole unbatched dataset:
+    refuses ``shard=False``, ``batched=True`` and ``other`` (an option or input that cannot)."""
+    refused = {"shard=False": not shard, "batched=True": batched, other: other is not None}
+    for option, used in refused.items():
+        if used:
+            raise ValueError(
+                "a global_batch_size that is not a multiple of the batch shards (padded with "
+                f"remainder='pad') cannot be used with {option}: jaxload deals each loading "
+                "group its real rows itself; pass the whole unbatched dataset (a "
+                "tf.data.Dataset or grain.MapDataset) with shard=True")
 
 
 def check_paddable(local_batch: PyTree) -> None:

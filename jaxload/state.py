@@ -42,7 +42,8 @@ _OLD_FORMATS = ("jaxload.loader/1",)  # same-plan resume only: no global row pos
 START = {"step": 0, "origin": 0, "position": None}
 # A loading group's pipeline: local_batches(backend position) -> (batch, position after it)...
 LocalBatches = Callable[[Any], Iterator[tuple[Any, Any]]]
-_PLAN_KEYS = ("shard_index", "shard_count", "local_batch_size", "global_batch_size")
+# what a state continues exactly only under the same values of (rows a step consumes first)
+_PLAN_KEYS = ("rows_per_step", "shard_index", "shard_count", "local_batch_size", "global_batch_size")
 _SAME_PLAN = ("Resume with the same layout, process count and global_batch_size, where the "
               "backend position continues exactly.")
 
@@ -57,6 +58,9 @@ class Elastic:
         pipeline cannot be repositioned exactly.
       why_not: why it cannot, and what to do instead (required when ``from_row`` is None).
       length: the pipeline's number of elements where known, checked on resume.
+      rows_per_step: rows of the global order one step consumes: the ``global_batch_size`` asked
+        for, which a padded batch (``remainder="pad"``) fills up to a multiple of the batch
+        shards; None: ``plan.global_batch_size``.
       fingerprint: ``fingerprint()`` identifies the pipeline's contents where that is cheap (a
         hash of a few elements of a MapDataset), checked on resume: it tells apart, e.g., two
         shuffles of one dataset. Computed on the first ``get_state``.
@@ -73,6 +77,7 @@ class Elastic:
     length: int | None = None
     refuses: Callable[[dict], str | None] | None = None
     fingerprint: Callable[[], str] | None = None
+    rows_per_step: int | None = None
 
     def __post_init__(self):
         if self.from_row is None and not self.why_not:
@@ -109,23 +114,24 @@ def why_not_sliceable(shard: bool, batched: bool, whole: str) -> str | None:
     return None
 
 
-def rows_consumed(position: dict, global_batch_size: int) -> int:
+def rows_consumed(position: dict, rows_per_step: int) -> int:
     """Global rows consumed at ``position`` (``origin``: the row its pipeline started at)."""
-    return position["origin"] + position["step"] * global_batch_size
+    return position["origin"] + position["step"] * rows_per_step
 
 
 def describe(backend: str, plan: Any, remainder: str, elastic: Elastic, position: dict) -> dict:
     """The JSON-serializable state of a loader at ``position`` (``step``, ``origin``,
     backend ``position``)."""
+    rows_per_step = elastic.rows_per_step or plan.global_batch_size
     return {
         "format": FORMAT,
         "backend": backend,
-        "plan": {"process_index": plan.process_index,
-                 **{key: getattr(plan, key) for key in _PLAN_KEYS}},
+        "plan": {"process_index": plan.process_index, "rows_per_step": rows_per_step,
+                 **{key: getattr(plan, key) for key in _PLAN_KEYS[1:]}},
         "remainder": remainder,
         "length": elastic.length,
         "fingerprint": elastic.fingerprint() if elastic.fingerprint else None,
-        "rows": rows_consumed(position, plan.global_batch_size),
+        "rows": rows_consumed(position, rows_per_step),
         **position,
     }
 
@@ -138,8 +144,9 @@ def resume_point(state: Any, mine: dict, not_resumable: str | None, elastic: Ela
     if not_resumable:
         raise ValueError(f"a {mine['backend']} loader cannot resume from a state: {not_resumable}")
     check_unchanged(state, mine, ("backend", "remainder"))
-    changed = [(key, state["plan"][key], mine["plan"][key]) for key in _PLAN_KEYS
-               if state["plan"][key] != mine["plan"][key]]
+    was = {"rows_per_step": state["plan"]["global_batch_size"], **state["plan"]}
+    changed = [(key, was[key], mine["plan"][key]) for key in _PLAN_KEYS
+               if was[key] != mine["plan"][key]]
     if not changed:
         check_unchanged(state, mine, ("length", "fingerprint"))
         origin = state.get("origin", 0)

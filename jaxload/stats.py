@@ -37,6 +37,8 @@ class Stats:
       nbytes: bytes of this process's batches handed out.
       elapsed_s: the loop's time between its first request and its latest batch, per pass.
       ready_sum: batches ready in the prefetch queue, summed over the loop's requests.
+      rounds: step-agreement rounds (exchanges with the other processes): about one per 16
+        steps, or one per 256 where every process knows its pipeline's length.
 
     Example:
       >>> for batch in loader: ...
@@ -55,6 +57,7 @@ class Stats:
     nbytes: int = 0
     elapsed_s: float = 0.0
     ready_sum: int = 0
+    rounds: int = 0
 
     def ms_per_step(self, part: str) -> float:
         """Mean milliseconds per step of ``"wait"``, ``"backend"``, ``"agree"``, ``"assemble"``

@@ -75,3 +75,21 @@ def test_launch_propagates_a_failing_process():
     assert "[1] process 1 gives up" in done.stdout
     assert "multi-process run failed: process 1 exited with code 7" in done.stderr
     assert "--- process 1 (exit code 7), last lines ---\nhello from 1 of 2" in done.stderr
+
+
+def test_plan_with_a_feature_spec_shows_and_draws_the_columns(tmp_path, capsys):
+    svg = tmp_path / "cp.svg"
+    assert cli.main(["plan", "--processes", "2", "--local-devices", "4", "--mesh-shape", "4,2",
+                     "--mesh-axes", "data,seq", "--batch-axes", "data", "--feature-spec",
+                     "tokens=data,seq", "--global-batch-size", "8", "--svg", str(svg)]) == 0
+    out = capsys.readouterr().out
+    assert "│ 1       │ 5      │ (2, 1)        │ 4-5         │ 2                 │ tokens dim1 1/2 │" \
+        in out
+    cells = [e for e in ET.fromstring(svg.read_text()).iter() if e.get("class") == "cell"]
+    held = {(e.get("data-replica"), e.get("data-block")): e.get("data-devices") for e in cells}
+    assert len(held) == 8 and held[("2", "1/2")] == "5" and held[("0", "0/2")] == "0"
+    assert cli.main(["plan", "--processes", "2", "--local-devices", "4", "--mesh-shape", "4,2",
+                     "--mesh-axes", "data,seq", "--batch-axes", "data", "--feature-spec",
+                     "tokens=seq", "--global-batch-size", "8"]) == 2
+    assert "feature_specs['tokens']=P('seq',) must start with the batch axes" in \
+        capsys.readouterr().err

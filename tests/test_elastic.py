@@ -236,6 +236,25 @@ def test_a_filtered_tf_data_pipeline_continues_at_its_global_row():
     np.testing.assert_array_equal(got, [i for i in range(100) if i % 3 != 0][16:])
 
 
+@pytest.mark.parametrize("backend", ["grain", "tf"])
+def test_a_padded_global_batch_continues_at_its_global_row(backend):
+    from placement import make_loader
+
+    layout = jaxload.data_parallel()  # 8 devices: 12, 13 and 10 rows are padded to 16
+
+    def steps(loader) -> list[list[int]]:
+        return [np.asarray(b["id"])[np.asarray(b["mask"])].tolist() for b in loader]
+
+    state = state_after(make_loader(backend, layout, range(50), global_batch_size=12,
+                                    remainder="pad"), 2)
+    assert state["rows"] == 24 and state["plan"]["rows_per_step"] == 12
+    for rows in (13, 10):  # 13: the same plan as 12 (16 rows placed), not the same steps
+        after = make_loader(backend, layout, range(50), global_batch_size=rows, remainder="pad")
+        after.set_state(state)
+        expected = [list(range(start, min(start + rows, 50))) for start in range(24, 50, rows)]
+        assert [sorted(ids) for ids in steps(after)] == expected
+
+
 def test_states_that_cannot_continue_on_another_topology_are_refused():
     from placement import make_data_loader, make_dataset
 

@@ -113,3 +113,17 @@ def test_tf_data_service_example():
                      r"True", out), out
     line = next(x for x in out.splitlines() if x.startswith("data_parallel()"))
     assert "both   0; every element delivered once: True" in line
+
+
+def test_context_parallel_example_under_launch():
+    done = subprocess.run([sys.executable, "-m", "jaxload", "launch", "-n", "2", "--local-devices",
+                           "4", "--", "python", str(EXAMPLES / "context_parallel.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "[1] process 1 device 2048: rows 0-1, tokens 4-7: [[4, 5, 6, 7], [104, 105, 106, 107]]" \
+        in out
+    assert "[0] process 0 step 3: rows 0-3, mask [1, 0, 0, 0]" in out
+    assert "[1] process 1 read ids []" in out
+    assert "[0] step 0: ids by loading group {0: [0, 1, 2, 3, 4, 5, 6, 7], 1: [8, 9, 10, 11]}" \
+        in out

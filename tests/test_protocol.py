@@ -222,3 +222,28 @@ def test_one_shot_exchanges_leave_nothing():
     results, store, _ = run_processes(16, lambda t: gather_once(
         "check.0", str(t.process_index), lambda r: (str(len(r)), True), 10, transport=t))
     assert results == ["16"] * 16 and store.values == {}
+
+
+def test_the_store_stays_small_over_many_rounds():
+    """What a long run keeps in the store is bounded: at most two rounds' keys at any time."""
+    n, sizes = 8, []
+
+    def work(t):
+        exchange = Exchange("long", timeout_s=10, transport=t)
+        for _ in range(400):
+            exchange.round("1", minimum)
+            if t.process_index == 0:
+                sizes.append(len(store_of[0].values))
+        exchange.leave()
+
+    store_of = []
+    store = MemoryStore()
+    store_of.append(store)
+    transports = store.transports(n)
+    threads = [threading.Thread(target=work, args=(t,)) for t in transports]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert len(sizes) == 400 and max(sizes) <= 2 * (n + 3)
+    assert store.values == {}

@@ -13,7 +13,7 @@ import numpy as np
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
-from jaxload.remainder import DROP
+from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
 from jaxload.state import Elastic, why_not_sliceable
 
 
@@ -29,6 +29,7 @@ def from_grain(
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     load_once: bool = False,
+    record: str | None = None,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched Grain dataset.
 
@@ -65,6 +66,8 @@ def from_grain(
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
         rows on every member. See :meth:`jaxload.Layout.load_once_plan` and the README.
+      record: a top-level feature (e.g. ``"id"``) whose values in each step's batch the
+        loader notes on the host, per loading group: see :meth:`jaxload.Loader.records`.
 
     Example:
       >>> ds = grain.MapDataset.range(1024).map(lambda i: {"x": np.float32(i)})
@@ -79,14 +82,25 @@ def from_grain(
     import grain
 
     check_options(remainder, checks, prefetch)
-    plan = loading_plan(layout, global_batch_size, load_once)
+    physical = padded_batch_size(layout, global_batch_size, remainder)
+    plan = loading_plan(layout, physical, load_once)
+    rows = plan.local_batch_size
+    if physical != global_batch_size:
+        check_padded_options(shard, batched, None if isinstance(ds, grain.MapDataset)
+                             else f"a {type(ds).__name__}")
     if isinstance(ds, grain.MapDataset):
-        def from_row(rows: int):
-            group = _from_row(ds, rows, plan) if shard else ds
-            return _batches(_batched(group.to_iter_dataset(), plan, batched, remainder))
+        if physical != global_batch_size:
+            rows = max(rows_read(plan, global_batch_size), 1)
+
+        def from_row(start: int):
+            if physical != global_batch_size:  # this group's real rows of each step
+                group = _real_rows(ds[start:], global_batch_size, plan)
+            else:
+                group = _from_row(ds, start, plan) if shard else ds
+            return _batches(_batched(group.to_iter_dataset(), rows, batched, remainder))
 
         local_batches = from_row(0)
-        elastic = _map_dataset_elastic(from_row, ds, shard, batched)
+        elastic = _map_dataset_elastic(from_row, ds, shard, batched, global_batch_size)
     elif isinstance(ds, grain.IterDataset):
         if shard:
             raise ValueError(
@@ -96,13 +110,13 @@ def from_grain(
                 "layout.plan(global_batch_size)) before .to_iter_dataset(), and pass shard=False."
             )
         elastic = Elastic(why_not=_NOT_ELASTIC["IterDataset"])
-        local_batches = _batches(_batched(ds, plan, batched, remainder))
+        local_batches = _batches(_batched(ds, rows, batched, remainder))
     elif isinstance(ds, grain.DataLoader):
         if shard:
             check_data_loader(ds, plan)
         return Loader(_data_loader_batches(ds, plan, 0), layout, plan,
                       backend="grain.DataLoader", remainder=remainder, checks=checks,
-                      prefetch=prefetch, timeout_s=timeout_s,
+                      prefetch=prefetch, timeout_s=timeout_s, record=record,
                       elastic=_data_loader_elastic(ds, plan, shard))
     else:
         raise TypeError(
@@ -110,7 +124,8 @@ def from_grain(
             f"{type(ds).__name__}"
         )
     return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, elastic=elastic)
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record,
+                  elastic=elastic)
 
 
 _NOT_ELASTIC = {
@@ -132,9 +147,11 @@ _NOT_ELASTIC = {
 }
 
 
-def _map_dataset_elastic(from_row, ds: Any, shard: bool, batched: bool) -> Elastic:
+def _map_dataset_elastic(from_row, ds: Any, shard: bool, batched: bool,
+                         rows_per_step: int) -> Elastic:
     """A sharded, unbatched MapDataset starts at any global row (``ds[rows:][k::K]``)."""
-    identity = dict(length=len(ds), fingerprint=functools.cache(lambda: stable_fingerprint(ds)))
+    identity = dict(length=len(ds), rows_per_step=rows_per_step,
+                    fingerprint=functools.cache(lambda: stable_fingerprint(ds)))
     why_not = why_not_sliceable(shard, batched, "the whole MapDataset")
     if why_not:
         return Elastic(why_not=why_not, **identity)
@@ -189,11 +206,10 @@ def _from_row(ds: Any, rows: int, plan: Plan) -> Any:
     return ds[rows:][plan.shard_index :: plan.shard_count]
 
 
-def _batched(ds: Any, plan: Plan, batched: bool, remainder: str) -> Any:
+def _batched(ds: Any, rows: int, batched: bool, remainder: str) -> Any:
     if batched:
         return ds
-    return ds.batch(plan.local_batch_size, drop_remainder=remainder == DROP,
-                    batch_fn=stack_elements)
+    return ds.batch(rows, drop_remainder=remainder == DROP, batch_fn=stack_elements)
 
 
 def _batches(ds: Any):
@@ -213,6 +229,18 @@ def _source_length(loader: Any) -> int | None:
         return len(loader._data_source)
     except TypeError:
         return None
+
+
+def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
+    """The elements of this group's real rows when the global batch is padded: of every
+    ``global_batch_size`` elements, those at this group's rows (none for a group of padding)."""
+    import grain
+
+    start, rows = plan.global_rows[0], rows_read(plan, global_batch_size)
+    full, last = divmod(len(ds), global_batch_size)
+    count = full * rows + min(max(last - start, 0), rows) if rows else 0
+    return grain.MapDataset.range(count).map(
+        lambda k: ds[(k // rows) * global_batch_size + start + k % rows])
 
 
 def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainder: bool = True,

@@ -13,7 +13,7 @@ from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
 from jaxload.passes import Source
 from jaxload.protocol import INFINITE
-from jaxload.remainder import DROP
+from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
 from jaxload.state import Elastic, why_not_sliceable
 
 _service_loaders = itertools.count()  # created in the same order on every process
@@ -35,6 +35,7 @@ def from_tf_data(
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     load_once: bool = False,
+    record: str | None = None,
     service: str | None = None,
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched ``tf.data.Dataset``.
@@ -78,6 +79,8 @@ def from_tf_data(
         processes of one loading group hold identical rows, different groups disjoint ones.
         The service's order is not deterministic, so such a loader cannot ``set_state``; with
         ``remainder="drop"`` each worker also drops its last incomplete batch of an epoch.
+      record: a top-level feature (e.g. ``"id"``) whose values in each step's batch the
+        loader notes on the host, per loading group: see :meth:`jaxload.Loader.records`.
 
     Example:
       >>> ds = tf.data.Dataset.range(1024).map(lambda i: {"x": tf.cast(i, tf.float32)})
@@ -94,7 +97,10 @@ def from_tf_data(
     if not isinstance(ds, tf.data.Dataset):
         raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
     check_options(remainder, checks, prefetch)
-    plan = loading_plan(layout, global_batch_size, load_once or service is not None)
+    physical = padded_batch_size(layout, global_batch_size, remainder)
+    plan = loading_plan(layout, physical, load_once or service is not None)
+    if physical != global_batch_size:
+        check_padded_options(shard, batched, "service=" if service is not None else None)
     if service is not None:
         _check_service_options(service, shard, batched)
     _check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
@@ -104,18 +110,20 @@ def from_tf_data(
                       prefetch=prefetch, timeout_s=timeout_s,
                       not_resumable="the tf.data service hands out elements in no fixed order, so "
                       "no position names the elements still to come; to resume (also on another "
-                      "topology), load without service=")
+                      "topology), load without service=", record=record)
 
-    def from_row(rows: int):
-        """This group's batches from global row ``rows`` on, resuming after ``consumed``
+    def from_row(start: int):
+        """This group's batches from global row ``start`` on, resuming after ``consumed``
         batches (skip-by-count: exact for a deterministic pipeline; skipped elements are read)."""
-        group = _from_row(ds, rows, plan) if shard else ds
+        group = _from_row(ds, start, plan, shard, global_batch_size)
+        # elements, unless they are batches already (batched=True, a padded batch's real rows)
+        unbatched = physical == global_batch_size and not batched
 
         def local_batches(consumed: int | None):
             consumed = consumed or 0
-            elements = 1 if batched else plan.local_batch_size
+            elements = plan.local_batch_size if unbatched else 1
             pipeline = group.skip(consumed * elements) if consumed else group
-            if not batched:
+            if unbatched:
                 pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
             batches = pipeline.prefetch(tf.data.AUTOTUNE)
             return Source(zip(batches.as_numpy_iterator(), itertools.count(consumed + 1)),
@@ -126,14 +134,36 @@ def from_tf_data(
     length = int(ds.cardinality())
     why_not = why_not_sliceable(shard, batched, "the whole dataset")
     elastic = Elastic(from_row=None if why_not else from_row, why_not=why_not,
-                      length=length if length >= 0 else None)
+                      length=length if length >= 0 else None, rows_per_step=global_batch_size)
     return Loader(from_row(0), layout, plan, backend="tf.data", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, elastic=elastic)
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record,
+                  elastic=elastic)
 
 
-def _from_row(ds: Any, rows: int, plan: Any) -> Any:
-    """This loading group's share of the dataset's global order from row ``rows`` on."""
-    return (ds.skip(rows) if rows else ds).shard(plan.shard_count, plan.shard_index)
+def _from_row(ds: Any, start: int, plan: Any, shard: bool, global_batch_size: int) -> Any:
+    """This loading group's share of the dataset's global order from row ``start`` on:
+    ``ds.skip(start).shard(K, k)``, or with a padded global batch its real rows of each step,
+    as batches. With ``shard=False`` (``start`` is 0), ``ds`` itself."""
+    if not shard:
+        return ds
+    rest = ds.skip(start) if start else ds
+    if plan.global_batch_size != global_batch_size:
+        return _real_rows(rest, global_batch_size, plan)
+    return rest.shard(plan.shard_count, plan.shard_index)
+
+
+def _real_rows(ds: Any, global_batch_size: int, plan: Any) -> Any:
+    """Batches of this group's real rows when the global batch is padded: of every
+    ``global_batch_size`` elements, the ones at this group's rows (none for a group of padding).
+    """
+    import tensorflow as tf
+
+    start, rows = plan.global_rows[0], rows_read(plan, global_batch_size)
+    if not rows:
+        return ds.take(0).batch(1)
+    share = ds.batch(global_batch_size).map(
+        lambda b: tf.nest.map_structure(lambda x: x[start : start + rows], b))
+    return share.filter(lambda b: tf.shape(tf.nest.flatten(b)[0])[0] > 0)
 
 
 def _length(ds: Any) -> int | None:
