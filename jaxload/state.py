@@ -9,7 +9,10 @@ A state records two positions:
   ``[s * G, (s + 1) * G)`` of that order (``G`` the global batch size): loading group ``k`` of
   ``K`` takes elements ``k + K * j``, ``local_batch_size = G / K`` of them per step, so the ``K``
   groups' batches of step ``s`` together are the block ``[s * G, (s + 1) * G)``. The same
-  position is therefore recorded by every process, and it means the same on any topology.
+  position is therefore recorded by every process, and it means the same on any topology. (A
+  padded global batch, ``global_batch_size`` not a multiple of the batch shards, gives each group
+  a block of each step's ``G`` rows instead; a step still consumes ``G`` rows: the state's
+  ``rows_per_step``.)
 
 ``set_state`` continues a state exactly where the plan is the same (loading group, batch sizes):
 with the backend position, as before. Under another plan (another process count, layout, set of
