@@ -45,7 +45,7 @@ _OLD_FORMATS = ("jaxload.loader/1",)  # same-plan resume only: no global row pos
 START = {"step": 0, "origin": 0, "position": None}
 # A loading group's pipeline: local_batches(backend position) -> (batch, position after it)...
 LocalBatches = Callable[[Any], Iterator[tuple[Any, Any]]]
-# what a state continues exactly only under the same values of (rows a step consumes first)
+# a state continues exactly where these are the same (the rows a step consumes, then the plan)
 _PLAN_KEYS = ("rows_per_step", "shard_index", "shard_count", "local_batch_size", "global_batch_size")
 _SAME_PLAN = ("Resume with the same layout, process count and global_batch_size, where the "
               "backend position continues exactly.")
@@ -150,13 +150,22 @@ def resume_point(state: Any, mine: dict, not_resumable: str | None, elastic: Ela
     was = {"rows_per_step": state["plan"]["global_batch_size"], **state["plan"]}
     changed = [(key, was[key], mine["plan"][key]) for key in _PLAN_KEYS
                if was[key] != mine["plan"][key]]
-    if not changed:
-        check_unchanged(state, mine, ("length", "fingerprint"))
-        origin = state.get("origin", 0)
-        if origin and elastic.from_row is None:
-            raise ValueError(f"the state continues a pipeline started at global row {origin}, "
-                             f"which this loader cannot start at: {elastic.why_not}")
-        return {"step": state["step"], "origin": origin, "position": state["position"]}
+    start = _repositioned(state, changed, elastic) if changed else _exact(state, elastic)
+    check_unchanged(state, mine, ("length", "fingerprint"))
+    return start
+
+
+def _exact(state: dict, elastic: Elastic) -> dict:
+    """The same plan: the backend position continues (in a pipeline started at ``origin``)."""
+    origin = state.get("origin", 0)
+    if origin and elastic.from_row is None:
+        raise ValueError(f"the state continues a pipeline started at global row {origin}, which "
+                         f"this loader cannot start at: {elastic.why_not}")
+    return {"step": state["step"], "origin": origin, "position": state["position"]}
+
+
+def _repositioned(state: dict, changed: list[tuple[str, Any, Any]], elastic: Elastic) -> dict:
+    """Another plan: the pipeline restarts at the state's global row, where it can."""
     other = "the state was taken under another plan: " + "; ".join(
         f"{key}={was} in the state, {key}={now} in this loader's plan" for key, was, now in changed)
     why_not = elastic.why_not if elastic.from_row is None else (
@@ -168,7 +177,6 @@ def resume_point(state: Any, mine: dict, not_resumable: str | None, elastic: Ela
     if "rows" not in state:
         raise ValueError(f"{other}, and the state ({state['format']}) has no global row position "
                          f"to continue from on another topology. {_SAME_PLAN}")
-    check_unchanged(state, mine, ("length", "fingerprint"))
     return {"step": 0, "origin": state["rows"], "position": None}
 
 
