@@ -22,6 +22,17 @@ from jaxload.stats import Stats, StatsSummary
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    """``jaxload.checkpoint`` (Orbax) is imported on first use, so ``import jaxload`` needs no
+    orbax."""
+    if name == "checkpoint":
+        import importlib
+
+        return importlib.import_module("jaxload.checkpoint")
+    raise AttributeError(f"module 'jaxload' has no attribute {name!r}")
+
+
 __all__ = (
     "DuplicationError",
     "Layout",

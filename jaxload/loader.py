@@ -10,6 +10,11 @@ that :meth:`Loader.get_state` returns.
 A pass stopped early tells the others from :meth:`LoaderIterator.close` (also called by
 ``with``, by the next ``iter(loader)`` and by :meth:`Loader.close`); an iterator dropped without
 ``close()`` is closed on a background thread, never inside a finalizer.
+
+``get_state``/``set_state`` record and restore where a pass stands: the backend's position, for an
+exact resume on the same plan, and the global row position, for a resume on another topology
+(:mod:`jaxload.state`); an adapter supplies how its pipeline starts at a global row
+(:class:`jaxload.state.Elastic`). :mod:`jaxload.checkpoint` puts the state in Orbax checkpoints.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import jax
 
 from jaxload import agreement, check
+from jaxload import state as states
 from jaxload.agreement import PeerFailedError
 from jaxload.layouts import Layout, Plan
 from jaxload.passes import Handout, Pass
@@ -35,8 +41,7 @@ from jaxload.stats import Stats, StatsSummary, gather, timed
 PyTree = Any
 
 DEFAULT_TIMEOUT_S = 600.0
-_STATE_FORMAT = "jaxload.loader/1"
-_START = {"step": 0, "position": None}
+_START = states.START
 
 
 class Loader:
@@ -77,11 +82,14 @@ class Loader:
         prefetch: int = 2,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         not_resumable: str | None = None,
+        elastic: states.Elastic = states.NOT_ELASTIC,
         record: str | None = None,
     ):
         """``local_batches(position)`` starts a pass at a backend position (None: the start) and
         yields this process's numpy batches, each with the backend position after it (JSON).
         ``not_resumable``: why ``set_state`` cannot work with this backend, if it cannot.
+        ``elastic``: how the pipeline starts at a global row, for a state from another topology
+        (:class:`jaxload.state.Elastic`).
         ``record``: a top-level feature whose values per step :meth:`records` returns."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
@@ -102,11 +110,14 @@ class Loader:
         self._backend = backend
         self._timeout_s = timeout_s
         self._not_resumable = not_resumable
+        self._elastic = elastic
         self._id = agreement.next_loader_id()
         self._passes = 0
         self._summaries = 0  # stats(all_processes=True) calls, each one exchange
         self._stats = Stats(jax.process_index())
-        self._position = _START  # where the current (or next) pass stands: step, backend position
+        # where the current (or next) pass stands: step, origin (the global row its pipeline
+        # started at), backend position
+        self._position = _START
         self._resume = _START  # where the next pass starts
         self._current: weakref.ref[LoaderIterator] | None = None
         self._recorder = Recorder(record, plan.shard_index)
@@ -180,48 +191,35 @@ class Loader:
     def get_state(self) -> dict:
         """The position after the last batch handed out, as a JSON-serializable dict.
 
-        Each process has its own state (its loading group's position). Save it per process, e.g.
-        next to an Orbax checkpoint, and give it to ``set_state`` of a fresh loader built over the
-        same pipeline with the same plan to continue with the same batches on every process.
+        It holds this loading group's backend position and the global row position ``rows``
+        (rows of the pipeline's global order consumed: the same on every process). Save it, e.g.
+        with :mod:`jaxload.checkpoint` in an Orbax checkpoint, and give it to ``set_state`` of a
+        fresh loader over the same pipeline: on the same topology it continues with the same
+        batches on every process; on another one at the same global row (see
+        :mod:`jaxload.state`).
 
         Example:
           >>> state = loader.get_state()
           >>> json.dump(state, open(f"ckpt/loader_{jax.process_index()}.json", "w"))
         """
-        p = self.plan
-        return {
-            "format": _STATE_FORMAT,
-            "backend": self._backend,
-            "plan": {"process_index": p.process_index, "shard_index": p.shard_index,
-                     "shard_count": p.shard_count, "local_batch_size": p.local_batch_size,
-                     "global_batch_size": p.global_batch_size},
-            "remainder": self.remainder,
-            **self._position,
-        }
+        return states.describe(self._backend, self.plan, self.remainder, self._elastic,
+                               self._position)
 
     def set_state(self, state: dict) -> None:
         """Makes the next pass continue from ``state`` (from ``get_state``).
 
-        Refuses a state taken with another backend, remainder mode or plan (loading group,
-        batch sizes), naming both values.
+        Under the same plan (loading group, batch sizes) the pass continues exactly where the
+        state's process stood. Under another plan (process count, layout, loading groups, global
+        batch size) a state taken by any process of the old run continues at its global row,
+        where the pipeline can start there exactly (a sharded Grain MapDataset or tf.data
+        pipeline); otherwise it is refused, saying why. A state taken with another backend,
+        remainder mode, dataset length or fingerprint is refused, naming both values.
+
+        Example:
+          >>> loader.set_state(json.load(open("ckpt/loader_0.json")))
         """
-        if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
-            raise ValueError(f"not a jaxload loader state (format {_STATE_FORMAT!r}): {state!r:.200}")
-        if self._not_resumable:
-            raise ValueError(f"a {self._backend} loader cannot resume from a state: "
-                             f"{self._not_resumable}")
-        mine = self.get_state()
-        for key in ("backend", "remainder"):
-            if state[key] != mine[key]:
-                raise ValueError(f"the state was taken with {key}={state[key]!r}, this loader "
-                                 f"has {key}={mine[key]!r}")
-        for key, value in mine["plan"].items():
-            if key != "process_index" and state["plan"][key] != value:
-                raise ValueError(
-                    f"the state was taken under another plan: {key}={state['plan'][key]} in the "
-                    f"state, {key}={value} in this loader's plan. Resume with the same layout, "
-                    "topology and global_batch_size.")
-        self._resume = {"step": state["step"], "position": state["position"]}
+        self._resume = states.resume_point(state, self.get_state(), self._not_resumable,
+                                           self._elastic)
 
 
 class LoaderIterator:
@@ -238,7 +236,8 @@ class LoaderIterator:
         self._loader = loader
         self._exchange = exchange
         failure = self._failure = [None]  # shared with the pass, which must not hold self
-        source = loader._local_batches(start["position"])
+        self._start = start
+        source = loader._elastic.pipeline(start, loader._local_batches)
         run = Pass(exchange, source, loader.plan, remainder=loader.remainder, start=start,
                    stats=loader._stats, check_period=loader._check_period,
                    failure=lambda: failure[0], recorder=loader._recorder)
@@ -274,7 +273,7 @@ class LoaderIterator:
         batch = self._handed_out(handout)
         loader._recorder.handed_out(handout.step)
         now = time.perf_counter()
-        loader._position = handout.position
+        loader._position = {**self._start, **handout.position}  # and the pipeline's origin
         stats.steps += 1
         stats.wait_s += now - asked
         stats.elapsed_s += now - self._last

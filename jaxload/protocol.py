@@ -26,8 +26,21 @@ WINDOW_BYTES = 256 * 2**20  # per-process batches read ahead for one round, at m
 INFINITE = -1  # a length: the pipeline never ends (tf.data repeat())
 
 
+class _Compact:
+    """JSON with only the fields that differ from their defaults: small messages."""
+
+    def to_json(self) -> str:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if getattr(self, f.name) != f.default}
+        return json.dumps(fields, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str):
+        return cls(**json.loads(text))
+
+
 @dataclasses.dataclass(frozen=True)
-class Report:
+class Report(_Compact):
     """One process's report for one round.
 
     Attributes:
@@ -54,26 +67,14 @@ class Report:
     needs_template: bool = False
     signature: str | None = None
 
-    def to_json(self) -> str:
-        fields = {k: v for k, v in dataclasses.asdict(self).items()
-                  if v != _DEFAULT_REPORT[k]}
-        return json.dumps(fields, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> Report:
-        return cls(**json.loads(text))
-
     @property
     def ends(self) -> bool:
         """Whatever the others report, this report ends the pass."""
         return self.error is not None or self.stopped
 
 
-_DEFAULT_REPORT = dataclasses.asdict(Report())
-
-
 @dataclasses.dataclass(frozen=True)
-class Decision:
+class Decision(_Compact):
     """What every process does after a round.
 
     Attributes:
@@ -100,22 +101,10 @@ class Decision:
     template_from: int | None = None
     template: str | None = None
 
-    def to_json(self) -> str:
-        fields = {k: v for k, v in dataclasses.asdict(self).items()
-                  if v != _DEFAULT_DECISION[k]}
-        return json.dumps(fields, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> Decision:
-        return cls(**json.loads(text))
-
     @property
     def final(self) -> bool:
         """The pass ends after this round (no further round runs)."""
         return not self.more
-
-
-_DEFAULT_DECISION = dataclasses.asdict(Decision())
 
 
 def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,

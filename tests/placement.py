@@ -9,6 +9,18 @@ from __future__ import annotations
 import numpy as np
 
 
+def outcome(fn):
+    """``fn()``'s result, or the error it raised as ``"Type: message"``, and how long it took."""
+    import time
+
+    start = time.monotonic()
+    try:
+        result = fn()
+    except Exception as e:  # the test inspects which error each process saw
+        result = f"{type(e).__name__}: {e}"
+    return result, round(time.monotonic() - start, 2)
+
+
 def element(i: int) -> dict:
     return {
         "id": np.int32(i),

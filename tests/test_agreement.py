@@ -9,15 +9,7 @@ from pathlib import Path
 import pytest
 
 import jaxload.testing
-
-
-def _outcome(fn):
-    start = time.monotonic()
-    try:
-        result = fn()
-    except Exception as e:  # the test inspects which error each process saw
-        result = f"{type(e).__name__}: {e}"
-    return result, time.monotonic() - start
+from placement import outcome
 
 
 def scenarios():
@@ -35,11 +27,11 @@ def scenarios():
     # Each process's pipeline is its own shard and they differ in length: 40 vs 100 elements.
     ids = range(p * 1000, p * 1000 + (40 if p == 0 else 100))
     loader = make_loader("tf", layout, ids, global_batch_size=16, shard=False, prefetch=0)
-    out["uneven_steps"] = _outcome(lambda: len(list(loader)))
+    out["uneven_steps"] = outcome(lambda: len(list(loader)))
 
     # more steps than one chunk of agreement keys (deleted chunk by chunk as the epoch goes)
     loader = jaxload.from_grain(grain.MapDataset.range(8 * 150), layout, global_batch_size=8)
-    out["long"] = _outcome(lambda: len(list(loader)))
+    out["long"] = outcome(lambda: len(list(loader)))
 
     def failing(i):
         if p == 1 and i == 21:  # process 1 reads the odd elements; 21 is in its step 2
@@ -48,12 +40,12 @@ def scenarios():
 
     loader = jaxload.from_grain(grain.MapDataset.range(64).map(failing), layout,
                                 global_batch_size=8, timeout_s=60)
-    out["failing"] = _outcome(lambda: len(list(loader)))
+    out["failing"] = outcome(lambda: len(list(loader)))
 
     # process 1's elements have a different shape: the global batch cannot be formed
     ds = grain.MapDataset.range(16).map(lambda i: {"x": np.zeros(2 + p, np.float32)})
     loader = jaxload.from_grain(ds, layout, global_batch_size=8)
-    out["mismatch"] = _outcome(lambda: len(list(loader)))
+    out["mismatch"] = outcome(lambda: len(list(loader)))
 
     # every process stops after 3 steps of a long pass (prefetch running ahead), then the next
     # loader must work at once: no producer is left waiting for the others
@@ -63,7 +55,7 @@ def scenarios():
         if step == 2:
             break
     after_break = jaxload.from_grain(grain.MapDataset.range(64), layout, global_batch_size=8)
-    out["after_break"] = _outcome(lambda: len(list(after_break)))
+    out["after_break"] = outcome(lambda: len(list(after_break)))
 
     # the same with load_once, whose reshard is a cross-process collective: one launched ahead
     # by a process whose peer has stopped would never complete
@@ -75,12 +67,12 @@ def scenarios():
             break
     after_break = jaxload.from_grain(grain.MapDataset.range(64).map(np.float32), across,
                                      global_batch_size=8, load_once=True)
-    out["after_break_load_once"] = _outcome(lambda: len(list(after_break)))
+    out["after_break_load_once"] = outcome(lambda: len(list(after_break)))
 
     # process 1 never iterates this loader: process 0 must give up after timeout_s
     loader = jaxload.from_grain(grain.MapDataset.range(16), layout, global_batch_size=8,
                                 timeout_s=3)
-    out["absent_peer"] = _outcome(lambda: len(list(loader))) if p == 0 else None
+    out["absent_peer"] = outcome(lambda: len(list(loader))) if p == 0 else None
     return out
 
 

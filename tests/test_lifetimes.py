@@ -8,15 +8,7 @@ import time
 import pytest
 
 import jaxload.testing
-
-
-def _outcome(fn):
-    start = time.monotonic()
-    try:
-        result = fn()
-    except Exception as e:  # the test inspects which error each process saw
-        result = f"{type(e).__name__}: {e}"
-    return result, round(time.monotonic() - start, 2)
+from placement import outcome
 
 
 def _left_in_store(name: str) -> list[str]:
@@ -83,7 +75,7 @@ def lifetimes():
 
     loader = jaxload.from_grain(grain.MapDataset.range(80).map(element), layout,
                                 global_batch_size=8, timeout_s=60)
-    out["raised"] = _outcome(lambda: sum(1 for _ in loader))[0], _left_in_store("raised")
+    out["raised"] = outcome(lambda: sum(1 for _ in loader))[0], _left_in_store("raised")
     return out
 
 
@@ -174,7 +166,7 @@ def failures(stage: str):
         for batch in loader:
             jax.block_until_ready(batch)
 
-    return _outcome(consume)
+    return outcome(consume)
 
 
 @pytest.mark.parametrize("stage", ["assembling", "padding", "resharding", "checking"])

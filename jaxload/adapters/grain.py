@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 from typing import Any
+
+import jax
+import numpy as np
 
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
 from jaxload.passes import Source
 from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
+from jaxload.state import Elastic, why_not_sliceable
 
 
 def from_grain(
@@ -74,11 +81,16 @@ def from_grain(
         by index without threads. Example: ``grain.ReadOptions(num_threads=8,
         prefetch_buffer_size=16)``.
 
+
     Example:
       >>> ds = grain.MapDataset.range(1024).map(lambda i: {"x": np.float32(i)})
       >>> loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=128)
       >>> next(iter(loader))["x"].shape
       (128,)
+
+    Resuming: ``loader.get_state()`` / ``set_state`` continue exactly on the same plan, and on
+    another topology at the state's global row (``ds[rows:][k::K]``) for a sharded, unbatched
+    MapDataset, or a DataLoader where its sampler allows it (see :mod:`jaxload.state`).
     """
     import grain
 
@@ -92,21 +104,19 @@ def from_grain(
     if physical != global_batch_size:
         check_padded_options(shard, batched, None if isinstance(ds, grain.MapDataset)
                              else f"a {type(ds).__name__}")
-    options = dict(backend="grain", remainder=remainder, checks=checks, prefetch=prefetch,
-                   timeout_s=timeout_s, record=record)
     if isinstance(ds, grain.MapDataset):
-        if physical != global_batch_size:  # this group's real rows of each step
-            ds = _real_rows(ds, global_batch_size, plan)
+        if physical != global_batch_size:
             rows = max(rows_read(plan, global_batch_size), 1)
-        elif shard and plan.shard_count > 1:  # a slice adds work per element; [0::1] is ds
-            ds = ds[plan.shard_index :: plan.shard_count]
-        by_index = ds if batched else _batched_by_index(ds, rows, remainder)
-        if by_index is not None and read_options is None:
-            return Loader(_indexed_batches(by_index), layout, plan, **options)
-        if by_index is not None:
-            ds, batched = by_index.to_iter_dataset(read_options), True
-        else:
-            ds = ds.to_iter_dataset(read_options or _no_threads())
+
+        def from_row(start: int):
+            if physical != global_batch_size:  # this group's real rows of each step
+                group = _real_rows(ds[start:], global_batch_size, plan)
+            else:
+                group = _from_row(ds, start, plan) if shard else ds
+            return _map_dataset_batches(group, rows, batched, remainder, read_options)
+
+        local_batches = from_row(0)
+        elastic = _map_dataset_elastic(from_row, ds, shard, batched, global_batch_size)
     elif isinstance(ds, grain.IterDataset):
         if shard:
             raise ValueError(
@@ -115,20 +125,126 @@ def from_grain(
                 f"(source[{plan.shard_index}::{plan.shard_count}] for this process, from "
                 "layout.plan(global_batch_size)) before .to_iter_dataset(), and pass shard=False."
             )
+        elastic = Elastic(why_not=_NOT_ELASTIC["IterDataset"])
+        local_batches = _batches(_batched(ds, rows, batched, remainder))
     elif isinstance(ds, grain.DataLoader):
         if shard:
             check_data_loader(ds, plan)
-        return Loader(_data_loader_batches(ds), layout, plan, backend="grain.DataLoader",
-                      remainder=remainder, checks=checks, prefetch=prefetch, timeout_s=timeout_s,
-                      record=record)
+        return Loader(_data_loader_batches(ds, plan, 0), layout, plan,
+                      backend="grain.DataLoader", remainder=remainder, checks=checks,
+                      prefetch=prefetch, timeout_s=timeout_s, record=record,
+                      elastic=_data_loader_elastic(ds, plan, shard))
     else:
         raise TypeError(
             "from_grain expects a grain.MapDataset, grain.IterDataset or grain.DataLoader, got "
             f"{type(ds).__name__}"
         )
-    if not batched:
-        ds = ds.batch(rows, drop_remainder=remainder == DROP, batch_fn=stack_elements)
+    return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record,
+                  elastic=elastic)
 
+
+_NOT_ELASTIC = {
+    "IterDataset": "a grain.IterDataset cannot start at a given element without reading every "
+                   "element before it, and its split over loading groups is yours; pass its "
+                   "source MapDataset (with shard=True) so that jaxload can slice it",
+    "DataLoader": "a grain.DataLoader's IndexSampler hands each of the shard_count shards a "
+                  "consecutive piece of the records, so its order depends on shard_count "
+                  "({was} in the state, {now} here) and a position under one has no counterpart "
+                  "under the other. Keep the number of loading groups, or pass a grain.MapDataset "
+                  "(shuffled with .shuffle(seed) if wanted) to from_grain, which jaxload can "
+                  "slice at any row",
+    "workers": "the grain.DataLoader {which} worker_count > 0, whose workers interleave their "
+               "batches, so the rows consumed are not a prefix of the sampler's order; use "
+               "worker_count=0, or pass a grain.MapDataset to from_grain",
+    "DataLoader shard=False": "with shard=False the grain.DataLoader's sharding is yours, and "
+                              "jaxload cannot tell which records another one would give each "
+                              "new group; shard it with jaxload.grain_shard_options",
+}
+
+
+def _map_dataset_elastic(from_row, ds: Any, shard: bool, batched: bool,
+                         rows_per_step: int) -> Elastic:
+    """A sharded, unbatched MapDataset starts at any global row (``ds[rows:][k::K]``)."""
+    identity = dict(length=len(ds), rows_per_step=rows_per_step,
+                    fingerprint=functools.cache(lambda: stable_fingerprint(ds)))
+    why_not = why_not_sliceable(shard, batched, "the whole MapDataset")
+    if why_not:
+        return Elastic(why_not=why_not, **identity)
+    return Elastic(from_row=from_row, refuses=_filtered, **identity)
+
+
+def stable_fingerprint(ds: Any) -> str | None:
+    """:func:`fingerprint`, or None where two readings differ (random maps without a seed)."""
+    first = fingerprint(ds)
+    return first if first == fingerprint(ds) else None
+
+
+def fingerprint(ds: Any) -> str | None:
+    """A short hash of a MapDataset's first, middle and last elements (their features' names,
+    dtypes and bytes): a different dataset or shuffle of the same length almost surely differs.
+    None if an element cannot be read here; Python objects count by their type only.
+
+    Example:
+      >>> fingerprint(grain.MapDataset.range(10).shuffle(seed=1))
+      '3f1c...'
+    """
+    digest = hashlib.sha256()
+    for index in sorted({0, len(ds) // 2, len(ds) - 1} if len(ds) else ()):
+        try:
+            element = ds[index]
+        except Exception:  # the loader reports a failing element where it reads it
+            return None
+        for path, leaf in jax.tree_util.tree_flatten_with_path(element)[0]:
+            described = f"{index}{jax.tree_util.keystr(path)}{type(leaf).__name__}"
+            leaf = np.asarray(leaf)
+            digest.update(f"{described}{leaf.dtype}{leaf.shape}".encode())
+            digest.update(b"" if leaf.dtype.hasobject else leaf.tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _filtered(state: dict) -> str | None:
+    """A MapDataset that filters elements reads more indices than it delivers rows, so the rows
+    consumed are no prefix of its order (seen in the state's own loading group)."""
+    position = state.get("position")
+    read = position.get("next_index", 0) if isinstance(position, dict) else 0
+    rows = state["step"] * state["plan"]["local_batch_size"]
+    if read <= rows:
+        return None
+    return (f"the MapDataset drops elements (filter): the state's loading group read {read} "
+            f"indices for {rows} rows, so the rows consumed are not a prefix of its order; "
+            "make the kept elements a MapDataset of their own (e.g. grain.MapDataset.source of "
+            "the kept indices, then .map), or resume on the same topology")
+
+
+def _from_row(ds: Any, rows: int, plan: Plan) -> Any:
+    """This loading group's share of the MapDataset's global order from row ``rows`` on."""
+    if not rows and plan.shard_count == 1:  # a slice adds work per element; [0:][0::1] is ds
+        return ds
+    return ds[rows:][plan.shard_index :: plan.shard_count]
+
+
+def _map_dataset_batches(group: Any, rows: int, batched: bool, remainder: str,
+                         read_options: Any):
+    """``local_batches`` of this group's MapDataset: batched on the MapDataset and read by
+    index, or through ``to_iter_dataset`` with ``read_options`` (Grain's threads), or, where
+    Grain cannot batch by index (a ``filter``), batched after ``to_iter_dataset``."""
+    by_index = group if batched else _batched_by_index(group, rows, remainder)
+    if by_index is None:
+        iterated = group.to_iter_dataset(read_options or _no_threads())
+        return _batches(_batched(iterated, rows, batched, remainder))
+    if read_options is None:
+        return _indexed_batches(by_index)
+    return _batches(by_index.to_iter_dataset(read_options))
+
+
+def _batched(ds: Any, rows: int, batched: bool, remainder: str) -> Any:
+    if batched:
+        return ds
+    return ds.batch(rows, drop_remainder=remainder == DROP, batch_fn=stack_elements)
+
+
+def _batches(ds: Any):
     def local_batches(position: dict | None):
         """This group's batches with Grain's own iterator state after each one."""
         iterator = iter(ds)
@@ -137,19 +253,7 @@ def from_grain(
         for batch in iterator:
             yield batch, iterator.get_state()
 
-    return Loader(local_batches, layout, plan, **options)
-
-
-def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
-    """The elements of this group's real rows when the global batch is padded: of every
-    ``global_batch_size`` elements, those at this group's rows (none for a group of padding)."""
-    import grain
-
-    start, rows = plan.global_rows[0], rows_read(plan, global_batch_size)
-    full, last = divmod(len(ds), global_batch_size)
-    count = full * rows + min(max(last - start, 0), rows) if rows else 0
-    return grain.MapDataset.range(count).map(
-        lambda k: ds[(k // rows) * global_batch_size + start + k % rows])
+    return local_batches
 
 
 def _no_threads():
@@ -190,6 +294,25 @@ def _next_batch(position: dict | None) -> int:
         raise ValueError(f"a Grain MapDataset position is {{'next_batch': <int>}}, got "
                          f"{position!r:.200}")
     return position["next_batch"]
+
+
+def _source_length(loader: Any) -> int | None:
+    try:
+        return len(loader._data_source)
+    except TypeError:
+        return None
+
+
+def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
+    """The elements of this group's real rows when the global batch is padded: of every
+    ``global_batch_size`` elements, those at this group's rows (none for a group of padding)."""
+    import grain
+
+    start, rows = plan.global_rows[0], rows_read(plan, global_batch_size)
+    full, last = divmod(len(ds), global_batch_size)
+    count = full * rows + min(max(last - start, 0), rows) if rows else 0
+    return grain.MapDataset.range(count).map(
+        lambda k: ds[(k // rows) * global_batch_size + start + k % rows])
 
 
 def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainder: bool = True,
@@ -237,14 +360,46 @@ def check_data_loader(loader: Any, plan: Plan) -> None:
         )
 
 
-def _data_loader_batches(loader: Any):
-    """Batches of a grain.DataLoader with its iterator state (JSON text) after each one."""
+def _data_loader_elastic(loader: Any, plan: Plan, shard: bool) -> Elastic:
+    """A grain.DataLoader continues at a global row where its sampler allows it: the same
+    number of loading groups (the IndexSampler's order depends on it) and no workers."""
+    length = _source_length(loader)
+    if not shard:
+        return Elastic(why_not=_NOT_ELASTIC["DataLoader shard=False"], length=length)
+    if loader.multiprocessing_options.num_workers:
+        return Elastic(why_not=_NOT_ELASTIC["workers"].format(which="has"), length=length)
+
+    def refuses(state: dict) -> str | None:
+        was = state["plan"]["shard_count"]
+        if was != plan.shard_count:
+            return _NOT_ELASTIC["DataLoader"].format(was=was, now=plan.shard_count)
+        if state["position"] and json.loads(state["position"])["worker_count"]:
+            return _NOT_ELASTIC["workers"].format(which="of the state had")
+        return None
+
+    return Elastic(from_row=lambda rows: _data_loader_batches(loader, plan, rows),
+                   refuses=refuses, length=length)
+
+
+def _data_loader_batches(loader: Any, plan: Plan, rows: int):
+    """Batches of a grain.DataLoader with its iterator state (JSON text) after each one,
+    from global row ``rows`` on (sampler index ``rows + shard_index``, no workers)."""
 
     def local_batches(position: str | None):
         iterator = iter(loader)
         if position is not None:
             iterator.set_state(position.encode())
+        elif rows:
+            iterator.set_state(_at_sampler_index(iterator.get_state(), rows, plan))
         for batch in iterator:
             yield batch, iterator.get_state().decode()
 
     return local_batches
+
+
+def _at_sampler_index(state: bytes, rows: int, plan: Plan) -> bytes:
+    """A DataLoader iterator state (no workers) whose next sampler index is
+    ``rows + shard_index``: group ``k`` of ``K`` reads indices ``k + K * j``."""
+    moved = json.loads(state)
+    moved["last_seen_indices"] = {"0": rows + plan.shard_index - plan.shard_count}
+    return json.dumps(moved).encode()

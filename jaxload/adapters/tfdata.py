@@ -14,6 +14,7 @@ from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_pla
 from jaxload.passes import Source
 from jaxload.protocol import INFINITE
 from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
+from jaxload.state import Elastic, why_not_sliceable
 
 _service_loaders = itertools.count()  # created in the same order on every process
 # Batches a process requests from the service ahead of its reads. The service gives each batch
@@ -86,6 +87,10 @@ def from_tf_data(
       >>> loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=128)
       >>> next(iter(loader))["x"].shape
       (128,)
+
+    Resuming: ``loader.get_state()`` / ``set_state`` continue exactly on the same plan, and on
+    another topology at the state's global row (``ds.skip(rows).shard(K, k)``) when jaxload
+    shards the unbatched dataset (see :mod:`jaxload.state`).
     """
     import tensorflow as tf
 
@@ -103,27 +108,48 @@ def from_tf_data(
         return Loader(_service_batches(ds, service, plan.local_batch_size, remainder, timeout_s),
                       layout, plan, backend="tf.data service", remainder=remainder, checks=checks,
                       prefetch=prefetch, timeout_s=timeout_s,
-                      not_resumable="the tf.data service hands out elements in no fixed order",
-                      record=record)
-    if physical != global_batch_size:  # this group's real rows of each step, as batches
-        ds, batched = _real_rows(ds, global_batch_size, plan), True
-    elif shard:
-        ds = ds.shard(plan.shard_count, plan.shard_index)
+                      not_resumable="the tf.data service hands out elements in no fixed order, so "
+                      "no position names the elements still to come; to resume (also on another "
+                      "topology), load without service=", record=record)
 
-    def local_batches(consumed: int | None):
-        """This group's batches, resuming after ``consumed`` batches (skip-by-count: exact for
-        a deterministic pipeline; the skipped elements are still read)."""
-        consumed = consumed or 0
-        rows = 1 if batched else plan.local_batch_size
-        pipeline = ds.skip(consumed * rows) if consumed else ds
-        if not batched:
-            pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
-        batches = pipeline.prefetch(tf.data.AUTOTUNE)
-        return Source(zip(batches.as_numpy_iterator(), itertools.count(consumed + 1)),
-                      length=_length(batches))
+    def from_row(start: int):
+        """This group's batches from global row ``start`` on, resuming after ``consumed``
+        batches (skip-by-count: exact for a deterministic pipeline; skipped elements are read)."""
+        group = _from_row(ds, start, plan, shard, global_batch_size)
+        # elements, unless they are batches already (batched=True, a padded batch's real rows)
+        unbatched = physical == global_batch_size and not batched
 
-    return Loader(local_batches, layout, plan, backend="tf.data", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record)
+        def local_batches(consumed: int | None):
+            consumed = consumed or 0
+            elements = plan.local_batch_size if unbatched else 1
+            pipeline = group.skip(consumed * elements) if consumed else group
+            if unbatched:
+                pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=remainder == DROP)
+            batches = pipeline.prefetch(tf.data.AUTOTUNE)
+            return Source(zip(batches.as_numpy_iterator(), itertools.count(consumed + 1)),
+                          length=_length(batches))
+
+        return local_batches
+
+    length = int(ds.cardinality())
+    why_not = why_not_sliceable(shard, batched, "the whole dataset")
+    elastic = Elastic(from_row=None if why_not else from_row, why_not=why_not,
+                      length=length if length >= 0 else None, rows_per_step=global_batch_size)
+    return Loader(from_row(0), layout, plan, backend="tf.data", remainder=remainder,
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record,
+                  elastic=elastic)
+
+
+def _from_row(ds: Any, start: int, plan: Any, shard: bool, global_batch_size: int) -> Any:
+    """This loading group's share of the dataset's global order from row ``start`` on:
+    ``ds.skip(start).shard(K, k)``, or with a padded global batch its real rows of each step,
+    as batches. With ``shard=False`` (``start`` is 0), ``ds`` itself."""
+    if not shard:
+        return ds
+    rest = ds.skip(start) if start else ds
+    if plan.global_batch_size != global_batch_size:
+        return _real_rows(rest, global_batch_size, plan)
+    return rest.shard(plan.shard_count, plan.shard_index)
 
 
 def _real_rows(ds: Any, global_batch_size: int, plan: Any) -> Any:

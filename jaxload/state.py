@@ -1,0 +1,198 @@
+"""Loader states: what ``Loader.get_state`` records and how ``set_state`` continues from one.
+
+A state records two positions:
+
+- the **backend position** (a Grain iterator state, a count of tf.data batches, ...): where this
+  loading group's pipeline stands. It continues exactly on the same topology.
+- the **global row position** ``rows``: how many rows of the pipeline's global (unsharded) order
+  were consumed. jaxload's sharding makes step ``s`` of every layout consume exactly rows
+  ``[s * G, (s + 1) * G)`` of that order (``G`` the global batch size): loading group ``k`` of
+  ``K`` takes elements ``k + K * j``, ``local_batch_size = G / K`` of them per step, so the ``K``
+  groups' batches of step ``s`` together are the block ``[s * G, (s + 1) * G)``. The same
+  position is therefore recorded by every process, and it means the same on any topology. (A
+  padded global batch, ``global_batch_size`` not a multiple of the batch shards, gives each group
+  a block of each step's ``G`` rows instead; a step still consumes ``G`` rows: the state's
+  ``rows_per_step``.)
+
+``set_state`` continues a state exactly where the plan is the same (loading group, batch sizes):
+with the backend position, as before. Under another plan (another process count, layout, set of
+loading groups or global batch size) it restarts the pipeline at global row ``rows``: the
+remaining rows ``rows, rows + 1, ...`` are sharded over the new loading groups
+(``ds[rows:][k::K]`` for a Grain MapDataset, ``ds.skip(rows).shard(K, k)`` for tf.data). That
+needs a pipeline the loader can slice at a row (:class:`Elastic`); the others are refused with
+the reason and what to do instead.
+
+Across the interruption, with ``remainder="pad"`` every element is delivered exactly once (the
+masked-in rows), and with ``"drop"`` no element twice: only the new run's last incomplete batch is
+missing, as in any epoch.
+
+Example:
+  >>> state = loader.get_state()            # on any process of a 2-process run, global batch 64
+  >>> state["rows"]
+  384
+  >>> bigger = jaxload.from_grain(ds, layout, global_batch_size=96)   # on 4 processes
+  >>> bigger.set_state(state)               # continues at row 384 of ds
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+FORMAT = "jaxload.loader/2"
+_OLD_FORMATS = ("jaxload.loader/1",)  # same-plan resume only: no global row position
+START = {"step": 0, "origin": 0, "position": None}
+# A loading group's pipeline: local_batches(backend position) -> (batch, position after it)...
+LocalBatches = Callable[[Any], Iterator[tuple[Any, Any]]]
+# a state continues exactly where these are the same (the rows a step consumes, then the plan)
+_PLAN_KEYS = ("rows_per_step", "shard_index", "shard_count", "local_batch_size", "global_batch_size")
+_SAME_PLAN = ("Resume with the same layout, process count and global_batch_size, where the "
+              "backend position continues exactly.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Elastic:
+    """Whether, and how, a loader's pipeline can start at a global row (another topology).
+
+    Attributes:
+      from_row: ``from_row(rows)`` is this loading group's ``local_batches`` for the pipeline's
+        global order from row ``rows`` on, sharded and batched as for row 0; None if the
+        pipeline cannot be repositioned exactly.
+      why_not: why it cannot, and what to do instead (required when ``from_row`` is None).
+      length: the pipeline's number of elements where known, checked on resume.
+      rows_per_step: rows of the global order one step consumes: the ``global_batch_size`` asked
+        for, which a padded batch (``remainder="pad"``) fills up to a multiple of the batch
+        shards; None: ``plan.global_batch_size``.
+      fingerprint: ``fingerprint()`` identifies the pipeline's contents where that is cheap (a
+        hash of a few elements of a MapDataset), checked on resume: it tells apart, e.g., two
+        shuffles of one dataset. Computed on the first ``get_state``.
+      refuses: ``refuses(state)`` says why a given state from another plan cannot be
+        continued even so (e.g. a sampler whose order depends on the number of shards).
+
+    Example:
+      >>> Elastic(from_row=lambda rows: batches(ds[rows:][k::K]), length=len(ds))
+      >>> Elastic(why_not="with shard=False the split over loading groups is yours ...")
+    """
+
+    from_row: Callable[[int], LocalBatches] | None = None
+    why_not: str | None = None
+    length: int | None = None
+    refuses: Callable[[dict], str | None] | None = None
+    fingerprint: Callable[[], str] | None = None
+    rows_per_step: int | None = None
+
+    def __post_init__(self):
+        if self.from_row is None and not self.why_not:
+            raise ValueError("Elastic needs from_row, or why_not saying why the pipeline cannot "
+                             "start at a global row")
+        if self.length is not None and (not isinstance(self.length, int) or self.length < 0):
+            raise ValueError(f"Elastic.length must be an int >= 0 or None, got {self.length!r}")
+
+    def pipeline(self, start: dict, first: LocalBatches) -> Iterator[tuple[Any, Any]]:
+        """The pass starting at ``start`` (``origin``, backend ``position``); ``first`` is the
+        pipeline from row 0."""
+        source = first if not start["origin"] else self.from_row(start["origin"])
+        return source(start["position"])
+
+
+NOT_ELASTIC = Elastic(why_not="this loader's pipeline cannot start at a given global row")
+
+
+def why_not_sliceable(shard: bool, batched: bool, whole: str) -> str | None:
+    """Why a pipeline passed with ``shard=False`` or ``batched=True`` cannot start at a global
+    row; ``whole`` names what to pass instead.
+
+    Example:
+      >>> why_not_sliceable(False, False, "the whole dataset")
+      'with shard=False the pipeline holds the elements you split off ...'
+    """
+    if batched:
+        return ("with batched=True the elements are whole batches of the old local_batch_size; "
+                f"pass {whole} unbatched so that jaxload can start it at a row")
+    if not shard:
+        return ("with shard=False the pipeline holds the elements you split off for this loading "
+                "group, and jaxload cannot tell which elements another split would give each new "
+                f"group; pass {whole} with shard=True so that jaxload shards it")
+    return None
+
+
+def rows_consumed(position: dict, rows_per_step: int) -> int:
+    """Global rows consumed at ``position`` (``origin``: the row its pipeline started at)."""
+    return position["origin"] + position["step"] * rows_per_step
+
+
+def describe(backend: str, plan: Any, remainder: str, elastic: Elastic, position: dict) -> dict:
+    """The JSON-serializable state of a loader at ``position`` (``step``, ``origin``,
+    backend ``position``)."""
+    rows_per_step = elastic.rows_per_step or plan.global_batch_size
+    return {
+        "format": FORMAT,
+        "backend": backend,
+        "plan": {"process_index": plan.process_index, "rows_per_step": rows_per_step,
+                 **{key: getattr(plan, key) for key in _PLAN_KEYS[1:]}},
+        "remainder": remainder,
+        "length": elastic.length,
+        "fingerprint": elastic.fingerprint() if elastic.fingerprint else None,
+        "rows": rows_consumed(position, rows_per_step),
+        **position,
+    }
+
+
+def resume_point(state: Any, mine: dict, not_resumable: str | None, elastic: Elastic) -> dict:
+    """Where a loader whose own state is ``mine`` continues from ``state``: the start of its next
+    pass (``step``, ``origin``, backend ``position``). Raises a ValueError naming what differs.
+    """
+    check_format(state)
+    if not_resumable:
+        raise ValueError(f"a {mine['backend']} loader cannot resume from a state: {not_resumable}")
+    check_unchanged(state, mine, ("backend", "remainder"))
+    was = {"rows_per_step": state["plan"]["global_batch_size"], **state["plan"]}
+    changed = [(key, was[key], mine["plan"][key]) for key in _PLAN_KEYS
+               if was[key] != mine["plan"][key]]
+    start = _repositioned(state, changed, elastic) if changed else _exact(state, elastic)
+    check_unchanged(state, mine, ("length", "fingerprint"))
+    return start
+
+
+def _exact(state: dict, elastic: Elastic) -> dict:
+    """The same plan: the backend position continues (in a pipeline started at ``origin``)."""
+    origin = state.get("origin", 0)
+    if origin and elastic.from_row is None:
+        raise ValueError(f"the state continues a pipeline started at global row {origin}, which "
+                         f"this loader cannot start at: {elastic.why_not}")
+    return {"step": state["step"], "origin": origin, "position": state["position"]}
+
+
+def _repositioned(state: dict, changed: list[tuple[str, Any, Any]], elastic: Elastic) -> dict:
+    """Another plan: the pipeline restarts at the state's global row, where it can."""
+    other = "the state was taken under another plan: " + "; ".join(
+        f"{key}={was} in the state, {key}={now} in this loader's plan" for key, was, now in changed)
+    why_not = elastic.why_not if elastic.from_row is None else (
+        elastic.refuses and elastic.refuses(state))
+    if why_not:
+        raise ValueError(f"{other}. Continuing on another topology restarts the pipeline at the "
+                         f"state's global row, which this loader cannot do: {why_not}. "
+                         f"{_SAME_PLAN}")
+    if "rows" not in state:
+        raise ValueError(f"{other}, and the state ({state['format']}) has no global row position "
+                         f"to continue from on another topology. {_SAME_PLAN}")
+    return {"step": 0, "origin": state["rows"], "position": None}
+
+
+def check_format(state: Any) -> None:
+    if not isinstance(state, dict) or state.get("format") not in (FORMAT, *_OLD_FORMATS):
+        raise ValueError(f"not a jaxload loader state (format {FORMAT!r}): {state!r:.200}")
+
+
+def check_unchanged(state: dict, mine: dict, keys: tuple[str, ...]) -> None:
+    """What no resume can change: the backend, the remainder mode, the pipeline's length and
+    fingerprint (where known on both sides: not for tf.data of a generator, say)."""
+    for key in keys:
+        was, now = state.get(key), mine[key]
+        if key in ("length", "fingerprint") and (was is None or now is None):
+            continue
+        if was != now:
+            raise ValueError(f"the state was taken with {key}={was!r}, this loader has "
+                             f"{key}={now!r}; a state continues only the same pipeline, "
+                             "backend and remainder mode")
