@@ -12,7 +12,7 @@ processes would send it. Two exchanges are measured in the same run:
 Then, in real processes (1 CPU device each): coordinator bytes per loader step for 2, 4 and 8
 processes, and what known lengths save (rounds and agreement time per step).
 
-Run: .venv/bin/python benchmarks/agreement_scale.py [--quick]   (writes agreement_scale.md)
+Run: .venv/bin/python benchmarks/agreement_scale.py [--quick]   (its section of results.md)
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ OLD_REPORT = ('{"steps": 16, "signature": "batch[\'image\']:float32[32, 32, 3];b
               'int32[];batch[\'mask\']:bool[];batch[\'weights\']:float32[10]", "nbytes": 3145728, '
               '"padding": [0, 0, 0, 0], "first": "batch[\'image\']:float32[32, 32, 3];batch[\'label\']'
               ':int32[]"}')  # ~300 bytes, as the previous exchange sent every round
+SECTION = "<!-- agreement_scale.py: the section below is written by that script -->"
 NEW_REPORT = protocol.Report(ready=16, digest="0123456789abcdef", nbytes=3 * 2**20).to_json()
 
 
@@ -195,12 +196,12 @@ def main():
     rows = simulated(sizes, lambda n: 20 if n <= 128 else 5 if n <= 512 else 3)
     passes = real([2, 4] if quick else [2, 4, 8], 100 if quick else 400)
     lines = [
-        "# The step agreement at scale",
+        "## The step agreement at scale",
         "",
         f"Machine: {os.cpu_count()} cores; `benchmarks/agreement_scale.py`"
         + (" --quick" if quick else "") + ".",
         "",
-        "## N clients of one coordination service in one process (one thread each)",
+        "### N clients of one coordination service in one process (one thread each)",
         "",
         "Median of 3 interleaved runs; bytes are keys and values through the coordinator per "
         "exchange (sent and received by all clients).",
@@ -220,7 +221,7 @@ def main():
                       f"jaxload's bytes {b['new_bytes'] / a['new_bytes']:.1f}x, its time "
                       f"{b['new_ms'] / a['new_ms']:.1f}x, the plain-RPC floor's time "
                       f"{b['floor_ms'] / a['floor_ms']:.1f}x."]
-    lines += ["", "## Real processes (1 CPU device each): one pass, tf.data, 4 rows per process "
+    lines += ["", "### Real processes (1 CPU device each): one pass, tf.data, 4 rows per process "
                   "per step", "",
               "| processes | length known | steps | rounds | coordinator bytes/step | "
               "agree ms/step (slowest) |", "|---|---|---|---|---|---|"]
@@ -228,7 +229,9 @@ def main():
         lines.append(f"| {r['processes']} | {'yes' if r['known'] else 'no'} | {r['steps']} | "
                      f"{r['rounds']} | {r['bytes_per_step']:.0f} | {r['agree_ms']:.3f} |")
     text = "\n".join(lines) + "\n"
-    Path(__file__).with_name("agreement_scale.md").write_text(text)
+    results = Path(__file__).with_name("results.md")
+    kept = results.read_text().split(SECTION)[0] if results.exists() else ""
+    results.write_text(kept.rstrip("\n") + "\n\n" + SECTION + "\n" + text)
     print(text)
 
 

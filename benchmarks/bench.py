@@ -486,6 +486,9 @@ def report(by_topology: dict[str, list[dict]], quick: bool, elapsed: float) -> s
     return "\n".join(lines) + "\n"
 
 
+SCALE_SECTION = "<!-- agreement_scale.py: the section below is written by that script -->"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
@@ -500,7 +503,10 @@ def main():
             measure, num_processes=processes, local_devices=devices, args=(args.quick,),
             timeout_s=900)
     text = report(by_topology, args.quick, time.monotonic() - start)
-    Path(args.out).write_text(text)
+    out = Path(args.out)
+    if out.exists() and SCALE_SECTION in out.read_text():  # agreement_scale.py's, kept
+        text += "\n" + SCALE_SECTION + out.read_text().split(SCALE_SECTION, 1)[1]
+    out.write_text(text)
     print(text)
 
 

@@ -30,7 +30,9 @@ class Stats:
       process_index: the process these are from.
       steps: batches handed to the training loop.
       wait_s: time ``next(loader)`` blocked the loop.
-      backend_s: time reading per-process batches from the pipeline (and validating them).
+      backend_s: time reading per-process batches from the pipeline (and validating them):
+        read ahead before a round where the pipeline's length is unknown, or step by step, just
+        before each is assembled, where every process knows its length.
       agree_s: time in the step agreement, including waiting there for other processes.
       assemble_s: time building global arrays (padding and resharding included).
       check_s: time in the run-time placement checks.
