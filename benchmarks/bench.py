@@ -481,8 +481,8 @@ def report(by_topology: dict[str, list[dict]], quick: bool, elapsed: float) -> s
               "processes hung for over 10 minutes in Grain's start of its worker processes "
               "(`multiprocessing` spawn, writing to a child that never read), so it is left "
               "out there rather than risk the run.", "",
-              "No accelerator was lent to this task (the device tool's status: no machine can be "
-              "started), so host-to-device transfer to a GPU is not measured here."]
+              "No GPU was available for these runs, so host-to-device transfer to a GPU is not "
+              "measured here."]
     return "\n".join(lines) + "\n"
 
 
