@@ -86,9 +86,9 @@ class Exchange:
         self._left = False
 
     @property
-    def rounds(self) -> int:
-        """Rounds run so far."""
-        return self._round
+    def process_index(self) -> int:
+        """This process's index in the exchange (0 without a transport: a single process)."""
+        return 0 if self._transport is None else self._transport.process_index
 
     def round(self, report: str, decide: Decide, *, ends: bool = False,
               where: str | None = None) -> str | None:

@@ -23,9 +23,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
 
-from jaxload.layouts import Plan, feature_name, spec_shape_error
+from jaxload.layouts import Plan, feature_name, leaf_shardings, spec_shape_error
 
 PyTree = Any
 
@@ -138,7 +137,7 @@ def assemble(local_batch: PyTree, plan: Plan) -> PyTree:
 
 def build_global(treedef, leaves: list[np.ndarray], plan: Plan) -> PyTree:
     """``assemble`` for leaves already validated by :func:`check_local_batch`."""
-    shardings = _leaf_shardings(treedef, plan.sharding, plan.feature_specs)
+    shardings = leaf_shardings(treedef, plan.sharding, plan.feature_specs)
     if plan.sharding.is_fully_addressable:
         # One process holds the whole batch, so device_put is exact here, and one call for all
         # leaves costs about half of one make_array_from_process_local_data per leaf.
@@ -150,16 +149,6 @@ def build_global(treedef, leaves: list[np.ndarray], plan: Plan) -> PyTree:
             leaf = leaf[(slice(None),) * dim + (held,)]
         arrays.append(jax.make_array_from_process_local_data(sharding, leaf, shape))
     return jax.tree_util.tree_unflatten(treedef, arrays)
-
-
-@functools.lru_cache(maxsize=256)
-def _leaf_shardings(treedef, sharding, feature_specs) -> tuple:
-    """The sharding of each leaf of a batch structure: its top-level feature's, or the batch's."""
-    specs = dict(feature_specs)
-    paths = jax.tree_util.tree_flatten_with_path(
-        jax.tree_util.tree_unflatten(treedef, [0] * treedef.num_leaves))[0]
-    return tuple(sharding if specs.get(feature_name(path)) is None
-                 else NamedSharding(sharding.mesh, specs[feature_name(path)]) for path, _ in paths)
 
 
 @functools.lru_cache(maxsize=256)

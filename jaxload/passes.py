@@ -175,7 +175,7 @@ class Pass:
                 try:
                     yield handout
                 except GeneratorExit:
-                    self._stopped(decision)
+                    self._stopped()
                     raise
             if not decision.more:
                 return
@@ -221,8 +221,8 @@ class Pass:
     def _raise_mismatch(self, decision: Decision) -> None:
         """A round of full signatures (one process per digest), then every process raises."""
         reader, groups = self._reader, decision.mismatch
-        mine = Report(signature=reader.signature
-                      if reader.digest and self._index() == min(groups[reader.digest]) else None)
+        speaks = reader.digest and self._exchange.process_index == min(groups[reader.digest])
+        mine = Report(signature=reader.signature if speaks else None)
 
         def message(reports: dict[int, str]) -> tuple[str, bool]:
             texts = {p: r.signature for p, r in protocol.parse(reports).items() if r.signature}
@@ -234,16 +234,12 @@ class Pass:
 
     def _template_round(self, source: int, final: bool) -> str:
         """A round in which process ``source`` sends its signature to pad with."""
-        mine = Report(signature=self._reader.signature if self._index() == source else None)
+        mine = Report(signature=self._reader.signature if self._exchange.process_index == source else None)
 
         def carried(reports: dict[int, str]) -> tuple[str, bool]:
             return protocol.parse(reports)[source].signature, final
 
         return self._round(mine, carried)
-
-    def _index(self) -> int:
-        t = self._exchange._transport
-        return 0 if t is None else t.process_index
 
     # -- stage 3 -----------------------------------------------------------------------------
     def _assemble(self) -> Handout:
@@ -302,7 +298,7 @@ class Pass:
         except Exception:  # noqa: BLE001 - the process's own exception is what it raises
             pass
 
-    def _stopped(self, decision: Decision) -> None:
+    def _stopped(self) -> None:
         """The consumer stopped in the middle of the pass (``close()``)."""
         if self._ended:  # no round follows: nobody waits for this process
             self._exchange.leave()
@@ -320,9 +316,6 @@ class Pass:
 
 
 def _ended_by_report(reports: dict[int, str]) -> tuple[str, bool]:
-    """The leader's decision when its own report ends the pass (a failure or a stop)."""
-    (report,) = protocol.parse(reports).values()
-    error = None
-    if report.error is not None:
-        error = f"process 0 failed while {report.stage} step {report.step}: {report.error}"
-    return Decision(error=error, stopped=None if error else 0).to_json(), True
+    """The leader's decision when its own report (a failure or a stop) ends the pass."""
+    decision = protocol.decide(protocol.parse(reports), step=0, window=1, pad=False)
+    return decision.to_json(), True

@@ -67,11 +67,6 @@ class Report(_Compact):
     needs_template: bool = False
     signature: str | None = None
 
-    @property
-    def ends(self) -> bool:
-        """Whatever the others report, this report ends the pass."""
-        return self.error is not None or self.stopped
-
 
 @dataclasses.dataclass(frozen=True)
 class Decision(_Compact):

@@ -27,15 +27,6 @@ from jaxload.assemble import aligned_empty
 PyTree = Any
 
 
-def key_of(batch: PyTree) -> tuple:
-    """A cheap hashable stand-in for :func:`describe`, to notice a change without JSON."""
-    if isinstance(batch, dict):
-        return ("d", tuple((k, key_of(v)) for k, v in batch.items()))
-    if isinstance(batch, (tuple, list)):
-        return (type(batch).__name__, tuple(key_of(v) for v in batch))
-    return (batch.dtype.str, batch.shape[1:])
-
-
 def describe(batch: PyTree) -> str:
     """The signature of a per-process batch (dicts with str keys, tuples, lists, numpy leaves)."""
     return json.dumps(_describe(batch, "batch"), separators=(",", ":"))

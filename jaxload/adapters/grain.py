@@ -10,6 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxload import check
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
@@ -199,7 +200,8 @@ def fingerprint(ds: Any) -> str | None:
             described = f"{index}{jax.tree_util.keystr(path)}{type(leaf).__name__}"
             leaf = np.asarray(leaf)
             digest.update(f"{described}{leaf.dtype}{leaf.shape}".encode())
-            digest.update(b"" if leaf.dtype.hasobject else leaf.tobytes())
+            if not leaf.dtype.hasobject:
+                digest.update(check.fingerprint(leaf).encode())
     return digest.hexdigest()[:16]
 
 
