@@ -19,6 +19,7 @@ from jaxload.layouts import (
 from jaxload.loader import Loader, LoaderIterator
 from jaxload.remainder import REMAINDER_MODES, unpad
 from jaxload.stats import Stats, StatsSummary
+from jaxload.watchdog import PipelineStuckError
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,7 @@ __all__ = (
     "LoaderIterator",
     "PeerFailedError",
     "PeerTimeoutError",
+    "PipelineStuckError",
     "Plan",
     "PlanMismatchError",
     "REMAINDER_MODES",

@@ -137,17 +137,9 @@ class Exchange:
             self.leave()
         return published[1:]
 
-    def mark_failed(self, text: str) -> None:
-        """Tells the others at once, outside the rounds, that this process failed (see
-        :meth:`failed`); its report still follows in the next round."""
-        if self._transport is not None:
-            try:
-                self._transport.set(f"{self.prefix}/failed", text)
-            except Exception:  # noqa: BLE001 - the round's report is the reliable path
-                pass
-
     def failed(self) -> str | None:
-        """What a process that failed said with :meth:`mark_failed`, if one did (one read)."""
+        """The failure a process published for this exchange (:func:`jaxload.watchdog.Watchdog.publish`),
+        if one did (one read)."""
         return None if self._transport is None else self._transport.try_get(f"{self.prefix}/failed")
 
     def leave(self) -> None:

@@ -23,19 +23,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def initialize(**kwargs) -> None:
+def initialize(*, heartbeat_timeout_s: int | None = None, **kwargs) -> None:
     """Sets up ``jax.distributed`` for this process; call it before any other JAX work.
 
     Under ``jaxload launch`` (or :mod:`jaxload.testing`): the local CPU cluster described by the
     environment, with gloo CPU collectives (a single process needs no ``jax.distributed``).
     Anywhere else: ``jax.distributed.initialize(**kwargs)``.
 
+    ``heartbeat_timeout_s``: how long a process may go without a heartbeat before JAX's
+    coordination service declares it dead and ends every process (JAX's default: 100 s). A
+    killed process cannot tell anyone; this is how soon the others learn of it, unless a
+    launcher that sees the exit ends them first (``jaxload launch`` does). Too short a value
+    ends healthy jobs whose processes pause (a long compile, a swapping host).
+
     Example:
       >>> import jaxload
-      >>> jaxload.initialize()   # first thing in a training script
+      >>> jaxload.initialize(heartbeat_timeout_s=30)   # first thing in a training script
     """
     import jax
 
+    if heartbeat_timeout_s is not None:
+        if (isinstance(heartbeat_timeout_s, bool) or not isinstance(heartbeat_timeout_s, int)
+                or heartbeat_timeout_s < 1):
+            raise ValueError(f"heartbeat_timeout_s={heartbeat_timeout_s!r} must be a positive "
+                             "int (seconds)")
+        kwargs["heartbeat_timeout_seconds"] = heartbeat_timeout_s
     if _ENV_PROCESSES not in os.environ:
         jax.distributed.initialize(**kwargs)
         return
@@ -43,12 +55,14 @@ def initialize(**kwargs) -> None:
     num_processes = int(os.environ[_ENV_PROCESSES])
     if num_processes > 1:
         heartbeat = os.environ.get(_ENV_HEARTBEAT)
+        if heartbeat and "heartbeat_timeout_seconds" not in kwargs:
+            kwargs["heartbeat_timeout_seconds"] = int(heartbeat)
+        kwargs.setdefault("initialization_timeout", 60)
         jax.distributed.initialize(
             coordinator_address=os.environ[_ENV_COORDINATOR],
             num_processes=num_processes,
             process_id=int(os.environ[_ENV_PROCESS_ID]),
-            initialization_timeout=60,
-            **({"heartbeat_timeout_seconds": int(heartbeat)} if heartbeat else {}),
+            **kwargs,
         )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import jax
 
-from jaxload import agreement, check
+from jaxload import agreement, check, watchdog
 from jaxload import state as states
 from jaxload.agreement import PeerFailedError
 from jaxload.layouts import Layout, Plan
@@ -84,15 +84,20 @@ class Loader:
         not_resumable: str | None = None,
         elastic: states.Elastic = states.NOT_ELASTIC,
         record: str | None = None,
+        on_failure: str = "exit",
+        exit_grace_s: float = watchdog.DEFAULT_EXIT_GRACE_S,
     ):
         """``local_batches(position)`` starts a pass at a backend position (None: the start) and
         yields this process's numpy batches, each with the backend position after it (JSON).
         ``not_resumable``: why ``set_state`` cannot work with this backend, if it cannot.
         ``elastic``: how the pipeline starts at a global row, for a state from another topology
         (:class:`jaxload.state.Elastic`).
-        ``record``: a top-level feature whose values per step :meth:`records` returns."""
+        ``record``: a top-level feature whose values per step :meth:`records` returns.
+        ``on_failure``, ``exit_grace_s``: what a process does when a pass fails on any process
+        (:mod:`jaxload.watchdog`)."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        self._on_failure = watchdog.check_on_failure(on_failure, exit_grace_s)
         self.prefetch = check_prefetch(prefetch)
         self._check_period = check_period(checks)
         self.layout = layout
@@ -237,17 +242,23 @@ class LoaderIterator:
         self._exchange = exchange
         failure = self._failure = [None]  # shared with the pass, which must not hold self
         self._start = start
+        dog = self._watchdog = watchdog.this_process()
+        dog.start()  # here, not in __del__: a finalizer must not start threads
+        dog.opened(exchange.prefix, *loader._on_failure)
         source = loader._elastic.pipeline(start, loader._local_batches)
         run = Pass(exchange, source, loader.plan, remainder=loader.remainder, start=start,
                    stats=loader._stats, check_period=loader._check_period,
-                   failure=lambda: failure[0], recorder=loader._recorder)
+                   failure=lambda: failure[0], recorder=loader._recorder, watchdog=dog,
+                   read_limit_s=loader._timeout_s)
         stats = loader._stats
 
         def count_ready(n: int) -> None:
             stats.ready_sum += n
 
+        prefix = exchange.prefix
         self._items: Iterator[Handout] = (
-            prefetched(run.__iter__, loader.prefetch, on_request=count_ready)
+            prefetched(run.__iter__, loader.prefetch, on_request=count_ready,
+                       interrupt=lambda: dog.interruption(prefix))
             if loader.prefetch else iter(run))
         self._closed = False
         self._last = time.perf_counter()
@@ -261,14 +272,18 @@ class LoaderIterator:
             raise StopIteration
         loader, stats = self._loader, self._loader._stats
         asked = time.perf_counter()
+        interruption = self._watchdog.interruption(self._exchange.prefix)
+        if interruption is not None:  # a peer failed (or this pipeline is stuck): no RPC here
+            self.close()
+            raise interruption
         try:
             handout = next(self._items)
         except StopIteration:
-            self._closed = True
+            self._ended()
             loader._position = _START  # a finished pass: the next one starts from the beginning
             raise
         except BaseException:
-            self._closed = True  # the pass reported the failure itself
+            self._ended()  # the pass reported the failure itself
             raise
         batch = self._handed_out(handout)
         loader._recorder.handed_out(handout.step)
@@ -315,9 +330,10 @@ class LoaderIterator:
         try:
             batch = loader._reshard(handout.batch)
         except Exception as e:
-            self._exchange.mark_failed(
-                f"process {jax.process_index()} failed while resharding step {handout.step}: "
-                f"{type(e).__name__}: {e}")
+            failure = watchdog.Failure(jax.process_index(), "resharding", handout.step,
+                                       f"{type(e).__name__}: {e}", self._exchange.prefix)
+            self._watchdog.publish(failure, e)  # also what the others read after the collective
+            watchdog.add_note(e, f"jaxload: {failure.text} (told every process)")
             try:
                 zeros = jax.tree_util.tree_map(jax.numpy.zeros_like, handout.batch)
                 jax.device_put(zeros, loader.layout.shardings(zeros))
@@ -340,8 +356,12 @@ class LoaderIterator:
         """
         if self._closed:
             return
-        self._closed = True
+        self._ended()
         self._items.close()
+
+    def _ended(self) -> None:
+        self._closed = True
+        self._watchdog.closed(self._exchange.prefix)
 
     def __enter__(self) -> LoaderIterator:
         return self
@@ -353,7 +373,7 @@ class LoaderIterator:
         # Dropped without close() (a `break` out of a for loop): closing may exchange with the
         # other processes, which must not happen inside a finalizer, so a thread does it.
         if not getattr(self, "_closed", True):
-            self._closed = True
+            self._ended()
             closer.close_later(self._items)
 
 

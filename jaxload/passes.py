@@ -18,13 +18,16 @@ pass instead of waiting.
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from jaxload import protocol, signature
+from jaxload import watchdog as watchdog_module
 from jaxload.agreement import Exchange, PeerFailedError
 from jaxload.assemble import build_global, check_local_batch
 from jaxload.layouts import Plan
@@ -32,6 +35,7 @@ from jaxload.protocol import Decision, Report
 from jaxload.records import Recorder
 from jaxload.remainder import PAD, check_paddable, pad_rows
 from jaxload.stats import Stats, timed
+from jaxload.watchdog import Failure, Watchdog, add_note
 
 PyTree = Any
 
@@ -66,11 +70,13 @@ class ReadAhead:
     """Stage 1: this process's batches, read ahead and validated.
 
     ``source`` yields ``(batch, backend position after it)``; its optional ``length`` attribute
-    is how many batches it holds (``protocol.INFINITE`` for no end).
+    is how many batches it holds (``protocol.INFINITE`` for no end). ``watch(step, first)``
+    wraps each read, so that the watchdog finds a pipeline stuck in it.
     """
 
     def __init__(self, source: Iterator, plan: Plan, pad: bool, stats: Stats, first_step: int,
-                 recorder: Recorder | None = None):
+                 recorder: Recorder | None = None,
+                 watch: Callable[[int, bool], ContextManager] | None = None):
         self.length = getattr(source, "length", None)
         self._source = iter(source)
         self._plan, self._pad, self._stats = plan, pad, stats
@@ -82,11 +88,13 @@ class ReadAhead:
         self.nbytes = 0
         self._key = None
         self.next_step = self._first_step = first_step  # the step of the next batch read
+        self._watch = watch or (lambda step, first: contextlib.nullcontext())
 
     def fill(self, n: int) -> None:
         """Reads until ``n`` batches are ready or the pipeline ends."""
         while len(self.ahead) < n and not self.exhausted:
-            with timed(self._stats, "backend"):
+            first = self.next_step == self._first_step
+            with timed(self._stats, "backend"), self._watch(self.next_step, first):
                 local, position = next(self._source, (None, None))
                 if local is None:
                     self.exhausted = True
@@ -150,7 +158,8 @@ class Pass:
     def __init__(self, exchange: Exchange, source: Iterator, plan: Plan, *, remainder: str,
                  start: dict, stats: Stats, check_period: int,
                  failure: Callable[[], BaseException | None] = lambda: None,
-                 recorder: Recorder | None = None):
+                 recorder: Recorder | None = None, watchdog: Watchdog | None = None,
+                 read_limit_s: float | None = None):
         self._exchange = exchange
         self._plan = plan
         self._pad = remainder == PAD
@@ -159,7 +168,13 @@ class Pass:
         self._failure = failure
         self._first_step = self._step = start["step"]
         self._position = start["position"]
-        self._reader = ReadAhead(source, plan, self._pad, stats, self._step, recorder)
+        self._watchdog = watchdog
+        watch = None
+        if watchdog is not None and read_limit_s is not None:
+            def watch(step: int, first: bool) -> ContextManager:
+                factor = watchdog_module.FIRST_BATCH_FACTOR if first else 1
+                return watchdog.reading(exchange.prefix, step, read_limit_s * factor)
+        self._reader = ReadAhead(source, plan, self._pad, stats, self._step, recorder, watch)
         self._recorder = recorder
         self._template: str | None = None  # the signature to pad with, when this process has none
         self._ended = False
@@ -292,6 +307,13 @@ class Pass:
         if self._ended:
             return
         self._ended = True
+        text = f"{type(error).__name__}: {error}"
+        if self._watchdog is not None:  # every process learns of it now, not at the next round
+            failure = Failure(self._watchdog.process_index, stage, step, text,
+                              self._exchange.prefix)
+            if not isinstance(error, PeerFailedError):
+                self._watchdog.publish(failure, error)
+                add_note(error, f"jaxload: {failure.text.splitlines()[0]} (told every process)")
         report = Report(error=f"{type(error).__name__}: {error}", stage=stage, step=step)
         try:
             self._exchange.round(report.to_json(), _ended_by_report, ends=True)

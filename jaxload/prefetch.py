@@ -42,10 +42,13 @@ def _stop_producers() -> None:
 
 
 def prefetched(produce: Callable[[], Iterator[T]], depth: int,
-               on_request: Callable[[int], None] | None = None) -> Iterator[T]:
+               on_request: Callable[[int], None] | None = None,
+               interrupt: Callable[[], BaseException | None] | None = None) -> Iterator[T]:
     """Yields what ``produce()`` yields, keeping up to ``depth`` items ready ahead.
 
     ``on_request(n)`` is told, each time the consumer asks for an item, how many were ready.
+    ``interrupt()``, asked while the consumer waits for an item, returns an exception to raise
+    instead of waiting on (e.g. another process failed while the producer is blocked).
 
     Example:
       >>> list(prefetched(lambda: iter(range(3)), depth=2))
@@ -85,7 +88,7 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
         while True:
             if on_request is not None:
                 on_request(ready.qsize())
-            item = ready.get()
+            item = _next_ready(ready, interrupt)
             if item is _END:
                 return
             if isinstance(item, _Raised):
@@ -96,6 +99,18 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
         # an abandoned iterator may be collected on any thread, its producer's own included
         if thread is not threading.current_thread():
             thread.join(timeout=5 * _POLL_S)
+
+
+def _next_ready(ready: queue.Queue, interrupt: Callable[[], BaseException | None] | None):
+    if interrupt is None:
+        return ready.get()
+    while True:
+        try:
+            return ready.get(timeout=_POLL_S)
+        except queue.Empty:
+            error = interrupt()
+            if error is not None:
+                raise error from None
 
 
 class BackgroundCloser:

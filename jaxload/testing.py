@@ -35,10 +35,12 @@ _TAIL_LINES = 30
 class ProcessesFailed(RuntimeError):
     """A multi-process run failed or timed out. ``logs`` holds each process's full output."""
 
-    def __init__(self, message: str, returncodes: list[int | None], logs: list[str]):
+    def __init__(self, message: str, returncodes: list[int | None], logs: list[str],
+                 ended_at: list[float | None] | None = None):
         super().__init__(message)
         self.returncodes = returncodes
         self.logs = logs
+        self.ended_at = ended_at or [None] * len(returncodes)  # time.time() each one ended
 
 
 def run_script(
@@ -150,10 +152,12 @@ def _launch(command: Callable[[int], list[str]], num_processes: int, local_devic
                     command(rank), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=process_env(rank, num_processes, local_devices, port, heartbeat_timeout_s),
                 ))
-        failure = _wait(procs, timeout_s, fail_fast)
+        ended_at: list[float | None] = [None] * len(procs)
+        failure = _wait(procs, timeout_s, fail_fast, ended_at)
         logs = [p.read_text(errors="replace") for p in log_paths]
     if failure:
-        raise ProcessesFailed(_describe(failure[0], procs, logs), [p.returncode for p in procs], logs)
+        raise ProcessesFailed(_describe(failure[0], procs, logs), [p.returncode for p in procs],
+                              logs, ended_at)
     return logs
 
 
@@ -163,16 +167,21 @@ def _check_cluster(num_processes: int, local_devices: int) -> None:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _wait(procs: list[subprocess.Popen], timeout_s: float,
-          fail_fast: bool) -> tuple[str, int | None] | None:
+def _wait(procs: list[subprocess.Popen], timeout_s: float, fail_fast: bool,
+          ended_at: list[float | None] | None = None) -> tuple[str, int | None] | None:
     """Waits for all processes; at the timeout (or the first failure) kills the rest.
 
     Returns None on success, else a message and the first failing process (None: timeout).
+    ``ended_at`` receives the ``time.time()`` at which each process was seen to end by itself.
     """
     deadline = time.monotonic() + timeout_s
     failure = None
     while failure is None:
         codes = [p.poll() for p in procs]
+        if ended_at is not None:
+            for rank, code in enumerate(codes):
+                if code is not None and ended_at[rank] is None:
+                    ended_at[rank] = time.time()
         if all(c == 0 for c in codes):
             return None
         bad = [rank for rank, c in enumerate(codes) if c not in (None, 0)]

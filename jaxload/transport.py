@@ -21,6 +21,11 @@ class TransportTimeout(TimeoutError):
     """A blocking read found no value before its deadline."""
 
 
+class TransportUnavailable(TransportTimeout):
+    """The store could not be reached at all (the coordinator is gone), rather than the value
+    not arriving in time."""
+
+
 class Transport(Protocol):
     """What an exchange needs from the store; one instance per process."""
 
@@ -30,6 +35,10 @@ class Transport(Protocol):
     received: int
 
     def set(self, key: str, value: str) -> None: ...
+
+    def set_once(self, key: str, value: str) -> bool:
+        """Writes ``key`` only if it is absent; returns whether this call wrote it."""
+        ...
 
     def get(self, key: str, timeout_s: float) -> str: ...
 
@@ -72,12 +81,25 @@ class CoordinationTransport:
         self.sent += len(key) + len(value)
         self._client.key_value_set(key, value, allow_overwrite=True)
 
+    def set_once(self, key: str, value: str) -> bool:
+        self.sent += len(key) + len(value)
+        try:
+            self._client.key_value_set(key, value, allow_overwrite=False)
+        except Exception as e:  # ALREADY_EXISTS
+            if "ALREADY_EXISTS" in str(e):
+                return False
+            raise
+        return True
+
     def get(self, key: str, timeout_s: float) -> str:
         self.sent += len(key)
         try:
             value = self._client.blocking_key_value_get(key, max(1, int(timeout_s * 1000)))
         except Exception as e:  # JaxRuntimeError DEADLINE_EXCEEDED, or the coordinator is gone
-            raise TransportTimeout(str(e).splitlines()[0]) from e
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if "DEADLINE_EXCEEDED" in first:
+                raise TransportTimeout(first) from e
+            raise TransportUnavailable(first) from e
         self.received += len(value)
         return value
 
@@ -139,6 +161,15 @@ class MemoryTransport:
         with self._store._changed:
             self._store.values[key] = value
             self._store._changed.notify_all()
+
+    def set_once(self, key: str, value: str) -> bool:
+        self.sent += len(key) + len(value)
+        with self._store._changed:
+            if key in self._store.values:
+                return False
+            self._store.values[key] = value
+            self._store._changed.notify_all()
+        return True
 
     def get(self, key: str, timeout_s: float) -> str:
         self.sent += len(key)

@@ -17,6 +17,7 @@ from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_pla
 from jaxload.passes import Source
 from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
 from jaxload.state import Elastic, why_not_sliceable
+from jaxload.watchdog import DEFAULT_EXIT_GRACE_S, check_on_failure
 
 
 def from_grain(
@@ -30,6 +31,8 @@ def from_grain(
     checks: str | int = "first",
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_failure: str = "exit",
+    exit_grace_s: float = DEFAULT_EXIT_GRACE_S,
     load_once: bool = False,
     record: str | None = None,
     read_options: Any = None,
@@ -67,7 +70,17 @@ def from_grain(
         every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`.
       prefetch: global batches assembled ahead on a background thread while the training step
         runs (default 2; 0 turns it off).
-      timeout_s: how long a process waits for the others at each step before raising.
+      timeout_s: how long a process waits for the others at each step before raising, and
+        how long its pipeline may take to produce one batch (the first batch of a pass:
+        3 x ``timeout_s``) before the pipeline counts as stuck, a failure that names the
+        stack it is stuck in.
+      on_failure: when a pass fails on any process (an exception in reading, assembling,
+        resharding or checking, a stuck pipeline, an uncaught exception while the pass is
+        open), every process's next ``next()`` raises it (:class:`~jaxload.PeerFailedError`
+        on the others). ``"exit"`` (default) then ends each process that is still running
+        ``exit_grace_s`` seconds later with exit code 1, since it may be inside a collective
+        that will never complete; ``"raise"`` only raises. See :mod:`jaxload.watchdog`.
+      exit_grace_s: see ``on_failure``.
       load_once: ``True`` to load each row on one process only and reach the layout's
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
@@ -96,6 +109,7 @@ def from_grain(
     import grain
 
     check_options(remainder, checks, prefetch)
+    check_on_failure(on_failure, exit_grace_s)
     if read_options is not None and not isinstance(read_options, grain.ReadOptions):
         raise TypeError(f"read_options must be a grain.ReadOptions or None, got "
                         f"{type(read_options).__name__}: {read_options!r:.100}")
@@ -133,7 +147,8 @@ def from_grain(
             check_data_loader(ds, plan)
         return Loader(_data_loader_batches(ds, plan, 0), layout, plan,
                       backend="grain.DataLoader", remainder=remainder, checks=checks,
-                      prefetch=prefetch, timeout_s=timeout_s, record=record,
+                      prefetch=prefetch, timeout_s=timeout_s, on_failure=on_failure,
+                      exit_grace_s=exit_grace_s, record=record,
                       elastic=_data_loader_elastic(ds, plan, shard))
     else:
         raise TypeError(
@@ -141,7 +156,8 @@ def from_grain(
             f"{type(ds).__name__}"
         )
     return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record,
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, on_failure=on_failure,
+                      exit_grace_s=exit_grace_s, record=record,
                   elastic=elastic)
 
 

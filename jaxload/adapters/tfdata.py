@@ -15,6 +15,7 @@ from jaxload.passes import Source
 from jaxload.protocol import INFINITE
 from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
 from jaxload.state import Elastic, why_not_sliceable
+from jaxload.watchdog import DEFAULT_EXIT_GRACE_S, check_on_failure
 
 _service_loaders = itertools.count()  # created in the same order on every process
 # Batches a process requests from the service ahead of its reads. The service gives each batch
@@ -34,6 +35,8 @@ def from_tf_data(
     checks: str | int = "first",
     prefetch: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_failure: str = "exit",
+    exit_grace_s: float = DEFAULT_EXIT_GRACE_S,
     load_once: bool = False,
     record: str | None = None,
     service: str | None = None,
@@ -66,7 +69,17 @@ def from_tf_data(
         every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`.
       prefetch: global batches assembled ahead on a background thread while the training step
         runs (default 2; 0 turns it off).
-      timeout_s: how long a process waits for the others at each step before raising.
+      timeout_s: how long a process waits for the others at each step before raising, and
+        how long its pipeline may take to produce one batch (the first batch of a pass:
+        3 x ``timeout_s``) before the pipeline counts as stuck, a failure that names the
+        stack it is stuck in.
+      on_failure: when a pass fails on any process (an exception in reading, assembling,
+        resharding or checking, a stuck pipeline, an uncaught exception while the pass is
+        open), every process's next ``next()`` raises it (:class:`~jaxload.PeerFailedError`
+        on the others). ``"exit"`` (default) then ends each process that is still running
+        ``exit_grace_s`` seconds later with exit code 1, since it may be inside a collective
+        that will never complete; ``"raise"`` only raises. See :mod:`jaxload.watchdog`.
+      exit_grace_s: see ``on_failure``.
       load_once: ``True`` to load each row on one process only and reach the layout's
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
@@ -97,6 +110,7 @@ def from_tf_data(
     if not isinstance(ds, tf.data.Dataset):
         raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
     check_options(remainder, checks, prefetch)
+    check_on_failure(on_failure, exit_grace_s)
     physical = padded_batch_size(layout, global_batch_size, remainder)
     plan = loading_plan(layout, physical, load_once or service is not None)
     if physical != global_batch_size:
@@ -107,7 +121,8 @@ def from_tf_data(
     if service is not None:
         return Loader(_service_batches(ds, service, plan.local_batch_size, remainder, timeout_s),
                       layout, plan, backend="tf.data service", remainder=remainder, checks=checks,
-                      prefetch=prefetch, timeout_s=timeout_s,
+                      prefetch=prefetch, timeout_s=timeout_s, on_failure=on_failure,
+                      exit_grace_s=exit_grace_s,
                       not_resumable="the tf.data service hands out elements in no fixed order, so "
                       "no position names the elements still to come; to resume (also on another "
                       "topology), load without service=", record=record)
@@ -136,7 +151,8 @@ def from_tf_data(
     elastic = Elastic(from_row=None if why_not else from_row, why_not=why_not,
                       length=length if length >= 0 else None, rows_per_step=global_batch_size)
     return Loader(from_row(0), layout, plan, backend="tf.data", remainder=remainder,
-                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, record=record,
+                  checks=checks, prefetch=prefetch, timeout_s=timeout_s, on_failure=on_failure,
+                      exit_grace_s=exit_grace_s, record=record,
                   elastic=elastic)
 
 

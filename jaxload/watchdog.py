@@ -1,0 +1,372 @@
+"""A failure on one process ends every process within seconds, naming the cause.
+
+Between the step agreement's rounds the processes are inside the training step's collectives,
+where no exchange reaches them: a process that fails there leaves the others waiting forever in
+an all-reduce it never joins. So each process runs one **watchdog** thread, started with its first
+pass, that sits in a blocking read of its own *alarm* key in the coordination service
+(``jaxload/alarm/<process>``). The read returns at once when the key is written, and otherwise
+every :data:`WAKE_S` seconds: one small RPC per process per 10 s, JAX's own heartbeat rate,
+whatever the step rate.
+
+What happens on a failure (:func:`publish`):
+
+1. The failing process claims the pass's failure key (``jaxload/<pass>/failed``, written only if
+   absent: the first failure wins) and writes the failure into every process's alarm key (N small
+   writes, once). It then raises its own exception, with a note naming the process and step.
+2. Each watchdog wakes, records the failure and acknowledges it. The loop's next ``next()`` on
+   that process raises :class:`~jaxload.PeerFailedError` naming the process, the stage and the
+   original message; a loop waiting for a prefetched batch is woken for it.
+3. With ``on_failure="exit"`` (the default) the watchdog ends its process ``exit_grace_s``
+   seconds after learning of the failure, if the process is still running then: its main thread
+   may be inside a collective that will never complete. It prints the cause and calls
+   ``os._exit(1)``, as JAX itself does when a heartbeat is missed. A process that ends before
+   (the exception propagated out of the loop) also leaves with exit code 1, skipping
+   ``jax.distributed``'s shutdown barrier, which waits for peers that are stuck in a collective.
+   With ``on_failure="raise"`` nothing ends the process: the loop's next ``next()`` raises, and
+   what follows is the program's own business.
+
+The watchdog also watches the pipeline: a batch that takes longer than ``timeout_s`` to read (the
+first batch of a pass: :data:`FIRST_BATCH_FACTOR` times as long) is a failure that names the
+pipeline as stuck and carries the stack of the thread it is stuck in. And a process that has
+used a loader and ends with an uncaught exception publishes that exception at exit (by then the
+exception has already unwound the loop, so "while a loader is active" cannot be told apart from
+"after it"; the others may be waiting for this process in a collective either way).
+A process that is killed cannot say anything: JAX's heartbeat (``heartbeat_timeout_s``, 100 s by
+default) or ``jaxload launch`` ends the others.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from jaxload.agreement import PeerFailedError, this_process_transport
+from jaxload.transport import Transport, TransportTimeout, TransportUnavailable
+
+WAKE_S = 10.0  # the longest a watchdog's blocking read lasts: one RPC per process per WAKE_S
+FIRST_BATCH_FACTOR = 3  # the first batch of a pass may take this many times timeout_s
+DEFAULT_EXIT_GRACE_S = 10.0
+ON_FAILURE_MODES = ("exit", "raise")
+EXIT_CODE = 1
+_STOP = "stop"
+_LAST_WAIT_S = 5.0  # process 0 waits exit_grace_s + this for the others to end before it ends
+_STACK_LINES = 40
+
+
+class PipelineStuckError(TimeoutError):
+    """This process's pipeline produced no batch within its time limit; the message holds the
+    stack of the thread it is stuck in."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A failure as every process learns it.
+
+    Attributes:
+      process: the process that failed.
+      stage: what it was doing (``"loading"``, ``"assembling"``, ``"resharding"``, ...).
+      step: the step of the pass it was at.
+      error: ``"Type: message"`` of its exception.
+      exchange: the pass (its exchange's key prefix) the failure belongs to.
+      stuck: the pipeline produced nothing in time (``error`` holds the stack).
+    """
+
+    process: int
+    stage: str
+    step: int | None
+    error: str
+    exchange: str = ""
+    stuck: bool = False
+
+    @property
+    def text(self) -> str:
+        """``process 1 failed while loading step 60: ValueError: corrupt record 60``."""
+        at = "" if self.step is None else f" step {self.step}"
+        return f"process {self.process} failed while {self.stage}{at}: {self.error}"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str, key: str) -> Failure:
+        """Parses an alarm; a malformed one names the key and is itself a failure."""
+        try:
+            fields = json.loads(text)
+            return cls(process=int(fields["process"]), stage=str(fields["stage"]),
+                       step=None if fields.get("step") is None else int(fields["step"]),
+                       error=str(fields["error"]), exchange=str(fields.get("exchange", "")),
+                       stuck=bool(fields.get("stuck", False)))
+        except (ValueError, KeyError, TypeError) as e:
+            return cls(process=-1, stage="writing an alarm", step=None,
+                       error=f"malformed value in {key!r} ({type(e).__name__}: {e}): {text[:200]!r}")
+
+
+def check_on_failure(on_failure: str, exit_grace_s: float) -> tuple[str, float]:
+    """Validates the ``on_failure`` and ``exit_grace_s`` loader options."""
+    if on_failure not in ON_FAILURE_MODES:
+        raise ValueError(f"on_failure={on_failure!r} must be 'exit' (raise, then end the process "
+                         "if it is still running exit_grace_s later) or 'raise' (raise only)")
+    if (isinstance(exit_grace_s, bool) or not isinstance(exit_grace_s, (int, float))
+            or not exit_grace_s >= 0):
+        raise ValueError(f"exit_grace_s={exit_grace_s!r} must be a number of seconds >= 0")
+    return on_failure, float(exit_grace_s)
+
+
+class _Read:
+    """A batch read in progress: which thread, since when, until when."""
+
+    def __init__(self, exchange: str, step: int, limit_s: float, on_exit: tuple[str, float]):
+        self.exchange, self.step, self.limit_s, self.on_exit = exchange, step, limit_s, on_exit
+        self.thread = threading.current_thread()
+        self.deadline = time.monotonic() + limit_s
+
+
+class Watchdog:
+    """This process's watchdog (one per process: :func:`this_process`).
+
+    ``transport`` is None in a single-process run: failures are then only this process's own.
+    """
+
+    def __init__(self, transport: Transport | None, process_index: int = 0,
+                 wake_s: float = WAKE_S):
+        self._transport = transport
+        self.process_index = process_index if transport is None else transport.process_index
+        self._wake_s = wake_s
+        self._lock = threading.Lock()
+        self._reads: dict[int, _Read] = {}
+        self._open: dict[str, tuple[str, float]] = {}  # open passes -> (on_failure, grace)
+        self._last_mode: tuple[str, float] = ("exit", DEFAULT_EXIT_GRACE_S)
+        self._last_exchange = ""
+        self.failure: Failure | None = None  # the first failure this process learned of
+        self._own_error: BaseException | None = None  # this process's exception, if it failed
+        self._stopping = threading.Event()
+        self._exiting = False
+        self._thread: threading.Thread | None = None
+        self.rpcs = 0  # blocking reads made by the watchdog (its whole cost to the coordinator)
+
+    # -- the loader's side -------------------------------------------------------------------
+    def start(self) -> None:
+        """Starts the thread (once) and the exit handler; called where a pass starts."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="jaxload-watchdog",
+                                            daemon=True)
+            # registered after jax.distributed.initialize registered its own shutdown: exit
+            # handlers run last-in first-out, so this one runs while the client is still up
+            atexit.register(self._at_exit)
+            self._thread.start()
+
+    # opened/closed take no lock (dict operations are atomic): closed() runs in finalizers
+    def opened(self, exchange: str, on_failure: str, grace_s: float) -> None:
+        self._open[exchange] = self._last_mode = (on_failure, grace_s)
+        self._last_exchange = exchange
+
+    def closed(self, exchange: str) -> None:
+        self._open.pop(exchange, None)
+
+    @contextmanager
+    def reading(self, exchange: str, step: int, limit_s: float) -> Iterator[None]:
+        """Marks a batch read in progress, so that a stuck one is found."""
+        read = _Read(exchange, step, limit_s, self._open.get(exchange, self._last_mode))
+        key = id(read)
+        self._reads[key] = read
+        try:
+            yield
+        finally:
+            self._reads.pop(key, None)
+
+    def interruption(self, exchange: str) -> BaseException | None:
+        """What the loop's next ``next()`` on pass ``exchange`` raises instead of a batch: a
+        peer's failure, or this process's stuck pipeline (its own exceptions reach the loop
+        from the pass itself). A plain attribute read: no RPC."""
+        failure = self.failure
+        if failure is None:
+            return None
+        if failure.stuck and failure.process == self.process_index:
+            return PipelineStuckError(failure.text)
+        if failure.process != self.process_index:
+            return PeerFailedError(failure.text)
+        return None
+
+    def publish(self, failure: Failure, error: BaseException | None = None) -> bool:
+        """Tells every process of this process's ``failure`` (caused by ``error``) at once;
+        returns whether it was the first failure of its pass (the others are raised where they
+        happen, not announced)."""
+        if error is not None and self._own_error is None:
+            self._own_error = error
+        self._learn(failure)
+        t = self._transport
+        if t is None:
+            return True
+        try:
+            if failure.exchange and not t.set_once(f"{failure.exchange}/failed", failure.text):
+                return False
+            text = failure.to_json()
+            for p in range(t.process_count):
+                if p != t.process_index:
+                    t.set(_alarm_key(p), text)
+        except Exception:  # noqa: BLE001 - the process's own exception is what it raises
+            return False
+        return True
+
+    # -- the thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        t = self._transport
+        while not self._stopping.is_set():
+            wait = max(0.05, min(self._wake_s, self._next_deadline() - time.monotonic()))
+            if t is None:
+                self._stopping.wait(wait)
+                self._check_reads()
+                continue
+            key = _alarm_key(self.process_index)
+            try:
+                self.rpcs += 1
+                value = t.get(key, wait)
+            except TransportUnavailable as e:
+                if not self._stopping.is_set():
+                    self._learn(Failure(0, "coordinating", None,
+                                        f"the coordination service (process 0) cannot be "
+                                        f"reached: {e}"))
+                return
+            except TransportTimeout:
+                self._check_reads()
+                continue
+            try:
+                t.delete(key)
+            except Exception:  # noqa: BLE001 - a key left behind is harmless; the failure is not
+                pass
+            if value == _STOP:
+                return
+            self._learn(Failure.from_json(value, key))
+
+    def _next_deadline(self) -> float:
+        deadlines = [r.deadline for r in list(self._reads.values())]
+        return min(deadlines, default=float("inf"))
+
+    def _check_reads(self) -> None:
+        now = time.monotonic()
+        for read in list(self._reads.values()):
+            if now >= read.deadline and self.failure is None:
+                self.publish(Failure(
+                    self.process_index, "loading", read.step,
+                    f"its pipeline is stuck: no batch after {read.limit_s:g} s (timeout_s). "
+                    f"Stack of thread {read.thread.name!r}:\n{_stack(read.thread)}",
+                    read.exchange, stuck=True))
+
+    def _learn(self, failure: Failure) -> None:
+        with self._lock:
+            if self.failure is not None:
+                return
+            self.failure = failure
+            on_failure, grace_s = self._mode(failure)
+        if on_failure == "exit":
+            threading.Thread(target=self._exit_later, args=(failure, grace_s),
+                             name="jaxload-exit", daemon=True).start()
+
+    def _exit_later(self, failure: Failure, grace_s: float) -> None:
+        time.sleep(grace_s)
+        if self._exiting:  # the exit handler ends the process itself
+            return
+        self._end(f"jaxload: {failure.text}\njaxload: process {self.process_index} ends now "
+                  f"(exit code {EXIT_CODE}): still running {grace_s:g} s after the failure, "
+                  "possibly inside a collective that cannot complete (on_failure='exit').",
+                  own_error=True)
+
+    def _end(self, message: str, own_error: bool = False) -> None:
+        """Prints ``message`` (and this process's own exception) and ends the process.
+
+        Process 0 hosts the coordination service, so it ends last: it waits (at most
+        ``exit_grace_s`` + :data:`_LAST_WAIT_S`) until every other process has ended, so that
+        none is cut off from the service before it could say why it ends."""
+        try:
+            if own_error and self._own_error is not None:  # the loop never got to raise it
+                traceback.print_exception(self._own_error, file=sys.stderr)
+            print(message, file=sys.stderr, flush=True)
+            sys.stdout.flush()
+        except Exception:  # noqa: BLE001 - ending matters more than printing
+            pass
+        t = self._transport
+        if t is not None and t.process_count > 1:
+            try:
+                if t.process_index != 0:
+                    if t.increment("jaxload/alarm/ended") >= t.process_count - 1:
+                        t.set("jaxload/alarm/all_ended", "")
+                else:
+                    _, grace_s = self._mode(self.failure)
+                    t.get("jaxload/alarm/all_ended", grace_s + _LAST_WAIT_S)
+            except Exception:  # noqa: BLE001 - bounded: a killed process never ends here
+                pass
+        os._exit(EXIT_CODE)
+
+    def _mode(self, failure: Failure | None) -> tuple[str, float]:
+        return self._open.get(failure.exchange if failure else "", self._last_mode)
+
+    # -- exit --------------------------------------------------------------------------------
+    def _at_exit(self) -> None:
+        """At interpreter exit: announce an uncaught exception of an open pass, skip the
+        shutdown barrier after a failure (``on_failure="exit"``), else stop the thread."""
+        self._exiting = True
+        uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if uncaught is not None and self.failure is None:
+            # The loop may be gone already (the exception unwound it), so any uncaught
+            # exception of a process that used a loader counts: the others may be waiting
+            # for it in a collective.
+            self.publish(Failure(self.process_index, "running the program", None,
+                                 f"the process ended with an uncaught "
+                                 f"{type(uncaught).__name__}: {uncaught}", self._last_exchange))
+        failure = self.failure
+        if failure is not None:
+            if self._mode(failure)[0] == "exit":
+                self._end(f"jaxload: process {self.process_index} ends (exit code {EXIT_CODE}) "
+                          f"after: {failure.text.splitlines()[0]}")
+        self._stop()
+
+    def _stop(self) -> None:
+        self._stopping.set()
+        thread, t = self._thread, self._transport
+        if thread is None or not thread.is_alive():
+            return
+        if t is not None:
+            try:  # wakes the blocking read at once
+                t.set(_alarm_key(self.process_index), _STOP)
+            except Exception:  # noqa: BLE001 - the read ends by itself within WAKE_S
+                pass
+        thread.join(timeout=self._wake_s + 1)
+
+
+def _alarm_key(process: int) -> str:
+    return f"jaxload/alarm/{process}"
+
+
+def _stack(thread: threading.Thread) -> str:
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return "  (the thread has ended)"
+    lines = "".join(traceback.format_stack(frame)).rstrip().splitlines()
+    return "\n".join(lines[-_STACK_LINES:])
+
+
+_this_process: list[Watchdog] = []
+
+
+def this_process() -> Watchdog:
+    """This process's watchdog, created on first use (over the coordination service's store in
+    a multi-process run)."""
+    if not _this_process:
+        _this_process.append(Watchdog(this_process_transport()))
+    return _this_process[0]
+
+
+def add_note(error: BaseException, text: str) -> None:
+    """Adds ``text`` to ``error``'s traceback (PEP 678, Python 3.11+), keeping its type."""
+    if hasattr(error, "add_note") and text not in getattr(error, "__notes__", ()):
+        error.add_note(text)
