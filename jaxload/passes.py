@@ -83,6 +83,7 @@ class ReadAhead:
         self._recorder = recorder
         self.ahead: collections.deque[Local] = collections.deque()
         self.exhausted = False
+        self.validating = False  # a batch read is being checked before assembly
         self.signature: str | None = None  # this pass's batch signature (JSON)
         self.digest: str | None = None
         self.nbytes = 0
@@ -99,7 +100,9 @@ class ReadAhead:
                 if local is None:
                     self.exhausted = True
                     return
-                self.ahead.append(self._validated(local, position))
+            self.validating = True
+            self.ahead.append(self._validated(local, position))
+            self.validating = False
 
     def take(self) -> Local | None:
         """The next batch (read now if none is ahead), or None when the pipeline has ended."""
@@ -300,6 +303,8 @@ class Pass:
         except Exception as e:
             step = self._reader.next_step if stage == "loading" else self._step
             stage = self._doing if stage == "assembling" else stage
+            if self._reader.validating:  # the batch was read; its shapes cannot be assembled
+                stage = "assembling"
             self._report_failure(e, stage, step)
             raise
 

@@ -23,7 +23,8 @@ What happens on a failure (:func:`publish`):
    (the exception propagated out of the loop) also leaves with exit code 1, skipping
    ``jax.distributed``'s shutdown barrier, which waits for peers that are stuck in a collective.
    With ``on_failure="raise"`` nothing ends the process: the loop's next ``next()`` raises, and
-   what follows is the program's own business.
+   what follows is the program's own business. A single process (no peers to wait for) is
+   never ended either: it raises.
 
 The watchdog also watches the pipeline: a batch that takes longer than ``timeout_s`` to read (the
 first batch of a pass: :data:`FIRST_BATCH_FACTOR` times as long) is a failure that names the
@@ -145,10 +146,13 @@ class Watchdog:
         self._open: dict[str, tuple[str, float]] = {}  # open passes -> (on_failure, grace)
         self._last_mode: tuple[str, float] = ("exit", DEFAULT_EXIT_GRACE_S)
         self._last_exchange = ""
-        self.failure: Failure | None = None  # the first failure this process learned of
+        self.failure: Failure | None = None  # the latest failure this process learned of
+        self._failures: dict[str, Failure] = {}  # by pass (exchange); "" for the whole process
         self._own_error: BaseException | None = None  # this process's exception, if it failed
         self._stopping = threading.Event()
         self._exiting = False
+        self._ending = False  # the exit timer runs
+        self.failure_mode = ("raise", 0.0)  # on_failure and exit_grace_s for self.failure
         self._thread: threading.Thread | None = None
         self.rpcs = 0  # blocking reads made by the watchdog (its whole cost to the coordinator)
 
@@ -172,6 +176,7 @@ class Watchdog:
 
     def closed(self, exchange: str) -> None:
         self._open.pop(exchange, None)
+        self._failures.pop(exchange, None)
 
     @contextmanager
     def reading(self, exchange: str, step: int, limit_s: float) -> Iterator[None]:
@@ -188,7 +193,7 @@ class Watchdog:
         """What the loop's next ``next()`` on pass ``exchange`` raises instead of a batch: a
         peer's failure, or this process's stuck pipeline (its own exceptions reach the loop
         from the pass itself). A plain attribute read: no RPC."""
-        failure = self.failure
+        failure = self._failures.get(exchange) or self._failures.get("")
         if failure is None:
             return None
         if failure.stuck and failure.process == self.process_index:
@@ -255,20 +260,25 @@ class Watchdog:
     def _check_reads(self) -> None:
         now = time.monotonic()
         for read in list(self._reads.values()):
-            if now >= read.deadline and self.failure is None:
+            if now >= read.deadline and read.exchange not in self._failures:
                 self.publish(Failure(
                     self.process_index, "loading", read.step,
-                    f"its pipeline is stuck: no batch after {read.limit_s:g} s (timeout_s). "
+                    f"PipelineStuckError: its pipeline is stuck: no batch after "
+                    f"{read.limit_s:g} s (timeout_s). "
                     f"Stack of thread {read.thread.name!r}:\n{_stack(read.thread)}",
                     read.exchange, stuck=True))
 
     def _learn(self, failure: Failure) -> None:
         with self._lock:
-            if self.failure is not None:
+            if failure.exchange in self._failures:  # the first failure of a pass is the one
                 return
             self.failure = failure
-            on_failure, grace_s = self._mode(failure)
-        if on_failure == "exit":
+            self._failures[failure.exchange] = failure  # what that pass's next() raises
+            on_failure, grace_s = self.failure_mode = self._mode(failure)
+            # a lone process raises only: no peer can leave it inside a collective
+            ends = on_failure == "exit" and self._transport is not None and not self._ending
+            self._ending = self._ending or ends
+        if ends:
             threading.Thread(target=self._exit_later, args=(failure, grace_s),
                              name="jaxload-exit", daemon=True).start()
 
@@ -301,7 +311,7 @@ class Watchdog:
                     if t.increment("jaxload/alarm/ended") >= t.process_count - 1:
                         t.set("jaxload/alarm/all_ended", "")
                 else:
-                    _, grace_s = self._mode(self.failure)
+                    _, grace_s = self.failure_mode
                     t.get("jaxload/alarm/all_ended", grace_s + _LAST_WAIT_S)
             except Exception:  # noqa: BLE001 - bounded: a killed process never ends here
                 pass
@@ -316,7 +326,8 @@ class Watchdog:
         shutdown barrier after a failure (``on_failure="exit"``), else stop the thread."""
         self._exiting = True
         uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-        if uncaught is not None and self.failure is None:
+        if uncaught is not None and uncaught is not self._own_error and not isinstance(
+                uncaught, (PeerFailedError, PipelineStuckError)):
             # The loop may be gone already (the exception unwound it), so any uncaught
             # exception of a process that used a loader counts: the others may be waiting
             # for it in a collective.
@@ -324,8 +335,8 @@ class Watchdog:
                                  f"the process ended with an uncaught "
                                  f"{type(uncaught).__name__}: {uncaught}", self._last_exchange))
         failure = self.failure
-        if failure is not None:
-            if self._mode(failure)[0] == "exit":
+        if failure is not None and self._transport is not None:
+            if self.failure_mode[0] == "exit":
                 self._end(f"jaxload: process {self.process_index} ends (exit code {EXIT_CODE}) "
                           f"after: {failure.text.splitlines()[0]}")
         self._stop()

@@ -39,7 +39,7 @@ def scenarios():
         return np.float32(i)
 
     loader = jaxload.from_grain(grain.MapDataset.range(64).map(failing), layout,
-                                global_batch_size=8, timeout_s=60)
+                                global_batch_size=8, timeout_s=60, on_failure="raise")
     out["failing"] = outcome(lambda: len(list(loader)))
 
     # process 1's elements have a different shape: the global batch cannot be formed

@@ -74,7 +74,7 @@ def lifetimes():
         return {"x": np.float32(i)}
 
     loader = jaxload.from_grain(grain.MapDataset.range(80).map(element), layout,
-                                global_batch_size=8, timeout_s=60)
+                                global_batch_size=8, timeout_s=60, on_failure="raise")
     out["raised"] = outcome(lambda: sum(1 for _ in loader))[0], _left_in_store("raised")
     return out
 
@@ -126,7 +126,7 @@ def failures(stage: str):
 
     ds = grain.MapDataset.range(8 * 40).map(lambda i: {"x": np.float32(i)})
     layout = jaxload.data_parallel()
-    options = dict(global_batch_size=8, timeout_s=60, checks="never")
+    options = dict(global_batch_size=8, timeout_s=60, checks="never", on_failure="raise")
     if stage == "assembling":
         passes.build_global = failing_on_process_1(passes.build_global)
     elif stage == "padding":

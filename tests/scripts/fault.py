@@ -5,7 +5,8 @@ Usage (under jaxload.testing.run_script or jaxload launch):
 
 BACKEND: grain | tf. FAULT, on process 1 at step STEP (default 20):
   pipeline   the pipeline's map raises ValueError("corrupt record N")
-  shape      the pipeline yields an element of another shape (the batch cannot be assembled)
+  assembly   the batch cannot be assembled: with Grain every row of process 1's batch has
+             another shape; with tf.data (whose shapes are static) the assembly raises
   stuck      the pipeline's map never returns
   kill       the process kills itself (SIGKILL) in the training loop
   uncaught   the training loop raises KeyError (the user's own code)
@@ -64,16 +65,19 @@ def announce(what: str) -> None:
 
 def element(i):
     """Element i of process 1's shard (its position in the shard is i // shard_count)."""
-    if faulty and i // plan.shard_count == fault_row:
+    row = i // plan.shard_count
+    if (faulty and args.fault == "assembly" and args.backend == "grain"
+            and fault_row <= row < fault_row + plan.local_batch_size):
+        if row == fault_row:
+            announce("assembly")
+        return {"x": np.zeros(4, np.float32)}
+    if faulty and row == fault_row:
         if args.fault == "pipeline":
             announce("pipeline")
             raise ValueError(f"corrupt record {i}")
         if args.fault == "stuck":
             announce("stuck")
             time.sleep(10**6)
-        if args.fault == "shape":
-            announce("shape")
-            return {"x": np.zeros(4, np.float32)}
     return {"x": np.full(3, i, np.float32)}
 
 
@@ -90,6 +94,19 @@ else:
         x = tf.numpy_function(lambda v: element(int(v))["x"], [i], tf.float32, stateful=False)
         return {"x": tf.ensure_shape(x, [3])}
 
+    if faulty and args.fault == "assembly":
+        from jaxload import passes
+
+        build_global, calls = passes.build_global, [0]
+
+        def failing_build_global(*a, **k):
+            calls[0] += 1
+            if calls[0] == args.step + 1:
+                announce("assembly")
+                raise ValueError(f"cannot assemble step {args.step}: a bad shape")
+            return build_global(*a, **k)
+
+        passes.build_global = failing_build_global
     ds = tf.data.Dataset.range(n).map(tf_element)
     ds = ds.apply(tf.data.experimental.assert_cardinality(n))
     make = jaxload.from_tf_data
