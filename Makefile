@@ -22,6 +22,7 @@ demo: install
 
 bench: install
 	$(PY) benchmarks/bench.py
+	$(PY) benchmarks/watchdog_cost.py
 
 lint: install
 	$(PY) -m ruff check jaxload tests examples

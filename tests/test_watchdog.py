@@ -1,0 +1,124 @@
+"""The watchdog over an in-memory store (simulated processes as threads, no cluster): a published
+failure reaches every watchdog at once, a stuck read becomes a failure with its stack, malformed
+alarms are named, and the thread costs one read per wake interval, whatever the step rate."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from jaxload.agreement import PeerFailedError
+from jaxload.transport import MemoryStore
+from jaxload.watchdog import Failure, PipelineStuckError, Watchdog, check_on_failure
+
+
+def _watchdogs(n: int, wake_s: float = 5.0) -> list[Watchdog]:
+    dogs = [Watchdog(t, wake_s=wake_s) for t in MemoryStore().transports(n)]
+    for dog in dogs:
+        dog.opened("jaxload/pass", "raise", 0.0)
+        dog.start()
+    return dogs
+
+
+def _until(condition, timeout_s: float = 5.0) -> float:
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < timeout_s, "not within the timeout"
+        time.sleep(0.005)
+    return time.monotonic() - start
+
+
+def test_a_published_failure_reaches_every_process_at_once():
+    dogs = _watchdogs(8)
+    failure = Failure(3, "loading", 60, "ValueError: corrupt record 121", "jaxload/pass")
+    assert dogs[3].publish(failure)
+    took = _until(lambda: all(d.failure is not None for d in dogs))
+    assert took < 1.0  # woken by the write, not by the 5 s wake interval
+    for p, dog in enumerate(dogs):
+        error = dog.interruption("jaxload/pass")
+        if p == 3:
+            assert error is None  # the failing process raises its own exception
+        else:
+            assert isinstance(error, PeerFailedError)
+            assert str(error) == ("process 3 failed while loading step 60: "
+                                  "ValueError: corrupt record 121")
+        assert dog.interruption("jaxload/another-pass") is None  # failures belong to a pass
+    for dog in dogs:
+        dog._stop()
+
+
+def test_the_first_failure_of_a_pass_wins():
+    dogs = _watchdogs(3)
+    assert dogs[1].publish(Failure(1, "loading", 5, "ValueError: first", "jaxload/pass"))
+    assert not dogs[2].publish(Failure(2, "assembling", 5, "ValueError: second", "jaxload/pass"))
+    _until(lambda: dogs[0].failure is not None)
+    assert "first" in str(dogs[0].interruption("jaxload/pass"))
+    for dog in dogs:
+        dog._stop()
+
+
+def test_a_stuck_read_is_a_failure_with_the_stack_of_its_thread():
+    dogs = _watchdogs(2, wake_s=0.2)
+    release = threading.Event()
+
+    def stuck_pipeline():
+        with dogs[1].reading("jaxload/pass", 7, limit_s=0.3):
+            release.wait(10)  # the pipeline's read
+
+    reader = threading.Thread(target=stuck_pipeline, name="jaxload-prefetch")
+    reader.start()
+    _until(lambda: dogs[0].failure is not None)
+    seen = str(dogs[0].interruption("jaxload/pass"))
+    assert seen.startswith("process 1 failed while loading step 7: PipelineStuckError: its "
+                           "pipeline is stuck: no batch after 0.3 s")
+    assert "Stack of thread 'jaxload-prefetch'" in seen and "release.wait(10)" in seen
+    assert isinstance(dogs[1].interruption("jaxload/pass"), PipelineStuckError)
+    release.set()
+    reader.join()
+    for dog in dogs:
+        dog._stop()
+
+
+def test_reads_within_their_limit_are_not_failures():
+    dogs = _watchdogs(2, wake_s=0.05)
+    for step in range(20):
+        with dogs[0].reading("jaxload/pass", step, limit_s=0.5):
+            time.sleep(0.01)
+    time.sleep(0.2)
+    assert dogs[0].failure is None and dogs[1].failure is None
+    for dog in dogs:
+        dog._stop()
+
+
+def test_a_malformed_alarm_names_its_key():
+    store = MemoryStore()
+    a, b = store.transports(2)
+    dog = Watchdog(b, wake_s=5.0)
+    dog.opened("jaxload/pass", "raise", 0.0)
+    dog.start()
+    a.set("jaxload/alarm/1", "{not json")
+    _until(lambda: dog.failure is not None)
+    assert "malformed value in 'jaxload/alarm/1'" in dog.failure.text
+    dog._stop()
+
+
+def test_the_thread_reads_once_per_wake_interval_and_stops_at_once():
+    dogs = _watchdogs(2, wake_s=0.1)
+    time.sleep(1.0)
+    reads = dogs[0].rpcs
+    assert 5 <= reads <= 12  # about 1 s / 0.1 s, independent of any step rate
+    start = time.monotonic()
+    dogs[0]._stop()  # woken by its own alarm key, not by the interval
+    assert time.monotonic() - start < 0.1
+    assert not dogs[0]._thread.is_alive()
+    dogs[1]._stop()
+    store_keys = dogs[0]._transport._store.values
+    assert not [k for k in store_keys if k.startswith("jaxload/alarm")]
+
+
+@pytest.mark.parametrize("on_failure,grace", [("exit", -1), ("sometimes", 1), ("raise", True)])
+def test_bad_on_failure_options_are_refused(on_failure, grace):
+    with pytest.raises(ValueError, match="on_failure|exit_grace_s"):
+        check_on_failure(on_failure, grace)
