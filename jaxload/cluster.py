@@ -58,6 +58,10 @@ def initialize(*, heartbeat_timeout_s: int | None = None, **kwargs) -> None:
         if heartbeat and "heartbeat_timeout_seconds" not in kwargs:
             kwargs["heartbeat_timeout_seconds"] = int(heartbeat)
         kwargs.setdefault("initialization_timeout", 60)
+        # JAX binds the coordination service to every interface ([::]:PORT) by default, with no
+        # authentication: anyone who can reach the machine could join or write keys. A local
+        # cluster needs loopback only.
+        kwargs.setdefault("coordinator_bind_address", os.environ[_ENV_COORDINATOR])
         jax.distributed.initialize(
             coordinator_address=os.environ[_ENV_COORDINATOR],
             num_processes=num_processes,

@@ -25,6 +25,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxload import meshes
+
 Device = Any  # a jax.Device or a SimulatedDevice: anything with .id and .process_index
 RowRange = tuple[int, int]  # [start, stop) rows of a batch
 FeatureSpecs = tuple[tuple[str, PartitionSpec], ...]  # (top-level feature name, spec), by name
@@ -369,40 +371,65 @@ def _by_process(devices: list[Device]) -> list[list[Device]]:
     return [groups[p] for p in sorted(groups)]
 
 
-def data_parallel(*, devices: Sequence[Device] | None = None) -> Layout:
-    """Pure data parallelism: a 1-D mesh ``("data",)`` over all devices, process by process.
+def data_parallel(*, devices: Sequence[Device] | None = None, mesh: Mesh | None = None) -> Layout:
+    """Pure data parallelism: every device gets its own per-replica batch.
 
-    Every device gets its own per-replica batch; every process is its own loading group.
+    On the user's mesh (``mesh=``, else the context mesh of ``with jax.set_mesh(mesh):``) the
+    batch is sharded over all of its axes, with its axis names and types. Otherwise: a 1-D mesh
+    ``("data",)`` over all devices (or ``devices``), process by process, with the axis type
+    ``jax.make_mesh`` gives by default. Every process is its own loading group.
 
     Example:
       >>> layout = data_parallel(devices=simulated_devices(2, 4))
       >>> dict(layout.mesh.shape), layout.plan(global_batch_size=32).local_batch_size
       ({'data': 8}, 16)
     """
-    return Layout(Mesh(np.array(_devices(devices)), ("data",)), "data")
+    user = meshes.resolve(mesh, devices, "data_parallel()")
+    if user is not None:
+        return _fitted(Layout(user, tuple(user.axis_names)), "data_parallel()")
+    return Layout(meshes.build(np.array(_devices(devices)), ("data",)), "data")
 
 
-def model_replicas_in_process(model_size: int, *, devices: Sequence[Device] | None = None) -> Layout:
+def model_replicas_in_process(model_size: int, *, devices: Sequence[Device] | None = None,
+                              mesh: Mesh | None = None, model_axis: str | None = None) -> Layout:
     """Data + model parallelism with each model replica on ``model_size`` devices of one process.
 
     Mesh ``("replica", "model")`` of shape ``(num_devices // model_size, model_size)``; the batch
     is sharded over ``"replica"`` and replicated over ``"model"``. Each process is its own
-    loading group and holds ``local_devices // model_size`` replicas.
+    loading group and holds ``local_devices // model_size`` replicas. On the user's mesh
+    (``mesh=`` or the context mesh) the model axis is ``model_axis`` (default: the mesh's last
+    axis, of size ``model_size``), the batch is sharded over the other axes, and each replica's
+    devices must be on one process.
 
     Example:
       >>> layout = model_replicas_in_process(2, devices=simulated_devices(2, 4))
       >>> dict(layout.mesh.shape), layout.plan(global_batch_size=8).device_rows
       ({'replica': 4, 'model': 2}, ((0, 0, 2), (1, 0, 2), (2, 2, 4), (3, 2, 4)))
     """
+    _check_model_size(model_size, model_size, "")
+    what = f"model_replicas_in_process({model_size})"
+    user = meshes.resolve(mesh, devices, what)
+    if user is not None:
+        axis = meshes.model_axis(user, model_size, model_axis, what)
+        spanning = [sorted(p) for p in meshes.replica_processes(user, axis) if len(p) > 1]
+        if spanning:
+            raise ValueError(
+                f"{what}: the mesh {dict(user.shape)} puts a model replica (along {axis!r}) on "
+                f"processes {spanning[0]}, not on one process. Use "
+                f"model_replicas_across_processes({model_size}), or a mesh whose {axis!r} axis "
+                "runs over the devices of one process (jax.make_mesh orders devices process by "
+                "process, so make the model axis the last one).")
+        return _fitted(Layout(user, _other_axes(user, axis)), what)
     per_process = _by_process(_devices(devices))
     local = len(per_process[0])
     _check_model_size(model_size, local, "local devices per process")
     grid = np.array(per_process).reshape(-1, model_size)
-    return Layout(Mesh(grid, ("replica", "model")), "replica")
+    return Layout(meshes.build(grid, ("replica", "model")), "replica")
 
 
 def model_replicas_across_processes(
-    model_size: int, *, devices: Sequence[Device] | None = None
+    model_size: int, *, devices: Sequence[Device] | None = None, mesh: Mesh | None = None,
+    model_axis: str | None = None,
 ) -> Layout:
     """Data + model parallelism with each model replica spread over ``model_size`` processes.
 
@@ -410,13 +437,26 @@ def model_replicas_across_processes(
     ``model_size`` processes each, process ``p`` in group ``p % (num_processes // model_size)``.
     Replica ``(g, d)`` is device ``d`` of every process of group ``g``, so all processes of a
     group load the same rows (with 4 processes x 2 devices and ``model_size=2``, processes 0 and
-    2 load the same rows, and 1 and 3).
+    2 load the same rows, and 1 and 3). On the user's mesh (``mesh=`` or the context mesh) the
+    model axis is ``model_axis`` (default: the last axis, of size ``model_size``) and the batch
+    is sharded over the other axes; the processes that share a replica form a loading group.
 
     Example:
       >>> layout = model_replicas_across_processes(2, devices=simulated_devices(4, 2))
       >>> layout.plans(global_batch_size=8)[0].loading_groups
       ((0, 2), (1, 3))
     """
+    _check_model_size(model_size, model_size, "")
+    what = f"model_replicas_across_processes({model_size})"
+    user = meshes.resolve(mesh, devices, what)
+    if user is not None:
+        axis = meshes.model_axis(user, model_size, model_axis, what)
+        if model_size > 1 and all(len(p) == 1 for p in meshes.replica_processes(user, axis)):
+            raise ValueError(
+                f"{what}: on the mesh {dict(user.shape)} every model replica (along {axis!r}) "
+                f"is on one process. Use model_replicas_in_process({model_size}), whose "
+                "processes each load their own rows.")
+        return _fitted(Layout(user, _other_axes(user, axis)), what)
     per_process = _by_process(_devices(devices))
     num_processes = len(per_process)
     _check_model_size(model_size, num_processes, "processes")
@@ -426,12 +466,31 @@ def model_replicas_across_processes(
         for g in range(num_groups)
         for d in range(len(per_process[0]))
     ]
-    return Layout(Mesh(np.array(replicas), ("replica", "model")), "replica")
+    return Layout(meshes.build(np.array(replicas), ("replica", "model")), "replica")
+
+
+def _other_axes(mesh: Mesh, axis: str) -> tuple[str, ...]:
+    return tuple(a for a in mesh.axis_names if a != axis)
+
+
+def _fitted(layout: Layout, what: str) -> Layout:
+    """``layout`` if each process's devices hold whole rows of the batch, else a ValueError that
+    names the mesh's axes and the fix."""
+    try:
+        layout.plans(layout.num_batch_shards)
+    except ValueError as e:
+        raise ValueError(
+            f"{what} cannot use the mesh {dict(layout.mesh.shape)} with the batch over "
+            f"{layout.batch_axes}: {e} Build the mesh with jax.make_mesh (which orders devices "
+            "process by process), with the batch axes first.") from None
+    return layout
 
 
 def _check_model_size(model_size: int, available: int, what: str) -> None:
     if not isinstance(model_size, int) or isinstance(model_size, bool) or model_size < 1:
         raise ValueError(f"model_size must be a positive int, got {model_size!r}")
+    if not what:
+        return
     if available % model_size:
         raise ValueError(
             f"model_size={model_size} does not divide the {available} {what}; "

@@ -93,3 +93,16 @@ def test_plan_with_a_feature_spec_shows_and_draws_the_columns(tmp_path, capsys):
                      "tokens=seq", "--global-batch-size", "8"]) == 2
     assert "feature_specs['tokens']=P('seq',) must start with the batch axes" in \
         capsys.readouterr().err
+
+
+def test_under_launch_nothing_listens_beyond_loopback():
+    """The coordination service (JAX binds it to every interface by default, unauthenticated)
+    and gloo's sockets listen on 127.0.0.1 only under jaxload launch."""
+    script = Path(__file__).parent / "scripts" / "listeners.py"
+    done = jaxload_command("launch", "-n", "2", "--local-devices", "2", "--", sys.executable,
+                           str(script))
+    assert done.returncode == 0, done.stderr[-3000:]
+    listening = [line.split()[-1] for line in done.stdout.splitlines() if " LISTEN " in line]
+    assert any(line.startswith("[0] LISTEN") for line in done.stdout.splitlines()), done.stdout
+    assert listening and all(a.startswith(("127.0.0.1:", "[::ffff:7f00:1]:", "[::1]:"))
+                             for a in listening), listening

@@ -111,3 +111,14 @@ def test_a_killed_process_ends_the_group_under_jaxload_launch():
     assert result.returncode == 137, result.stderr[-3000:]
     assert "process 1 exited with code -9" in result.stderr, result.stderr[-3000:]
     assert elapsed < 30 + 15, elapsed  # 15 s of start-up on this machine
+
+
+def test_a_killed_process_is_named_by_the_heartbeat_set_in_jaxload_initialize():
+    """With jaxload.initialize(heartbeat_timeout_s=10) JAX's coordination service declares the
+    killed process dead after 10 s and ends the other, naming it. (JAX's default of 100 s is
+    measured in benchmarks/faults.py.)"""
+    heartbeat = 10
+    codes, ends, logs, description = run_fault(2, 2, "grain", "kill", "20",
+                                               "--heartbeat", str(heartbeat))
+    assert_all_ended(codes, ends, heartbeat + 20, description)
+    assert "stopped sending heartbeats" in logs[0] and "\n1\n" in logs[0], logs[0][-3000:]
