@@ -69,7 +69,7 @@ def saved_state(directory: Any) -> dict:
     return json.loads(files[0][1].read_text())
 
 
-class CheckpointHandler(ocp.CheckpointHandler):
+class CheckpointHandler(ocp.CheckpointHandler):  # Orbax's v0 API; v1: the Loader itself
     """Saves and restores a :class:`~jaxload.Loader`'s state, one JSON file per process."""
 
     def save(self, directory: Any, args: CheckpointSave) -> None:
@@ -107,6 +107,30 @@ class CheckpointRestore(ocp.args.CheckpointArgs):
 
     def __post_init__(self):
         _check_loader("CheckpointRestore", self.loader)
+
+
+async def save_v1(loader: Loader, directory: Any):
+    """Orbax v1 (``StatefulCheckpointable.save``): the state is taken now, on the calling thread;
+    the returned awaitable writes this process's file once Orbax has created the directory."""
+    state = loader.get_state()
+
+    async def write() -> None:
+        path = await directory.await_creation()
+        state_file(path, jax.process_index(), jax.process_count()).write_text(
+            json.dumps(state, indent=1))
+
+    return write()
+
+
+async def load_v1(loader: Loader, directory: Any):
+    """Orbax v1 (``StatefulCheckpointable.load``): ``set_state`` from the saved state, also one
+    saved on another process count (see :func:`saved_state`)."""
+    loader.set_state(saved_state(directory))
+
+    async def done() -> None:
+        return None
+
+    return done()
 
 
 def _check_loader(args: str, loader: Any) -> None:

@@ -227,6 +227,30 @@ class Loader:
                                            self._elastic)
 
 
+    # -- Orbax v1: a Loader is a StatefulCheckpointable ---------------------------------------
+    async def save(self, directory: Any):
+        """Orbax v1's ``StatefulCheckpointable.save``: this process's state, taken now, written
+        as ``process_<i>-of-<n>.json`` in ``directory``.
+
+        Example:
+          >>> ocp.v1.save_checkpointables(path, {"params": params, "loader": loader})
+        """
+        from jaxload import checkpoint
+
+        return await checkpoint.save_v1(self, directory)
+
+    async def load(self, directory: Any):
+        """Orbax v1's ``StatefulCheckpointable.load``: ``set_state`` from the saved state (this
+        process's, or on another process count the lowest-numbered process's).
+
+        Example:
+          >>> ocp.v1.load_checkpointables(path, {"params": abstract_params, "loader": loader})
+        """
+        from jaxload import checkpoint
+
+        return await checkpoint.load_v1(self, directory)
+
+
 class LoaderIterator:
     """One pass of a :class:`Loader`: an iterator of global batches with :meth:`close`.
 
