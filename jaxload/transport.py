@@ -26,6 +26,10 @@ class TransportUnavailable(TransportTimeout):
     not arriving in time."""
 
 
+class TransportClosed(TransportUnavailable):
+    """This process's own client was shut down (``jax.distributed.shutdown()``) during a read."""
+
+
 class Transport(Protocol):
     """What an exchange needs from the store; one instance per process."""
 
@@ -99,6 +103,8 @@ class CoordinationTransport:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             if "DEADLINE_EXCEEDED" in first:
                 raise TransportTimeout(first) from e
+            if first.startswith("CANCELLED"):
+                raise TransportClosed(first) from e
             raise TransportUnavailable(first) from e
         self.received += len(value)
         return value

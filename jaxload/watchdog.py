@@ -50,7 +50,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from jaxload.agreement import PeerFailedError, this_process_transport
-from jaxload.transport import Transport, TransportTimeout, TransportUnavailable
+from jaxload.transport import Transport, TransportClosed, TransportTimeout, TransportUnavailable
 
 WAKE_S = 10.0  # the longest a watchdog's blocking read lasts: one RPC per process per WAKE_S
 FIRST_BATCH_FACTOR = 3  # the first batch of a pass may take this many times timeout_s
@@ -236,6 +236,8 @@ class Watchdog:
             try:
                 self.rpcs += 1
                 value = t.get(key, wait)
+            except TransportClosed:  # jax.distributed.shutdown() on this process: a normal end
+                return
             except TransportUnavailable as e:
                 if not self._stopping.is_set():
                     self._learn(Failure(0, "coordinating", None,

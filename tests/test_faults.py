@@ -101,6 +101,18 @@ def test_a_stuck_pipeline_ends_every_process_with_its_stack(backend, n, d):
                  "stuck: no batch after 4 s", "Stack of thread", where)
 
 
+@pytest.mark.parametrize("shutdown", [False, True])
+def test_a_healthy_run_ends_normally(shutdown):
+    """No fault: every process finishes and exits 0 at once, also when the program calls
+    jax.distributed.shutdown() itself (the watchdog's read is then cancelled, not failed)."""
+    start = time.monotonic()
+    logs = jaxload.testing.run_script(
+        [SCRIPT, "grain", "none", "--steps", "40", *(["--shutdown"] if shutdown else [])],
+        num_processes=2, local_devices=2, timeout_s=120, fail_fast=False)
+    assert all("finished 40 steps" in log and "jaxload:" not in log for log in logs), logs
+    assert time.monotonic() - start < 60
+
+
 def test_a_killed_process_ends_the_group_under_jaxload_launch():
     start = time.monotonic()
     result = subprocess.run(

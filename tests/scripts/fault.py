@@ -32,6 +32,7 @@ parser.add_argument("--timeout-s", type=float, default=None)
 parser.add_argument("--grace-s", type=float, default=None)
 parser.add_argument("--heartbeat", type=int, default=None)
 parser.add_argument("--steps", type=int, default=200)
+parser.add_argument("--shutdown", action="store_true", help="call jax.distributed.shutdown()")
 args = parser.parse_args()
 
 import jax  # noqa: E402
@@ -137,4 +138,6 @@ for step, batch in enumerate(loader):
     total = train_step(total, batch)
     total.block_until_ready()
 print(f"process {p} finished {step + 1} steps, total {float(total)}", flush=True)
+if args.shutdown:
+    jax.distributed.shutdown()
 sys.exit(0)
