@@ -49,6 +49,11 @@ class SimulatedDevice:
     process_index: int
     platform: str = "cpu"
 
+    @property
+    def device_kind(self) -> str:
+        """What JAX (0.12) reads to describe a mesh's devices abstractly."""
+        return "simulated"
+
 
 def simulated_devices(num_processes: int, local_devices: int) -> list[SimulatedDevice]:
     """``num_processes * local_devices`` simulated devices, numbered process by process.

@@ -28,14 +28,18 @@ for fd in os.listdir("/proc/self/fd"):
 
 
 def address(hex_address: str, v6: bool) -> str:
+    """``host:port loopback=True|False`` of a /proc/net/tcp{,6} address."""
+    import ipaddress
+
     host, port = hex_address.split(":")
     raw = bytes.fromhex(host)
     if v6:  # four little-endian 32-bit words
-        raw = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
-        import ipaddress
-
-        return f"[{ipaddress.IPv6Address(raw)}]:{int(port, 16)}"
-    return f"{'.'.join(str(b) for b in raw[::-1])}:{int(port, 16)}"
+        ip = ipaddress.IPv6Address(b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+        loopback = ip.is_loopback or bool(ip.ipv4_mapped and ip.ipv4_mapped.is_loopback)
+    else:
+        ip = ipaddress.IPv4Address(raw[::-1])
+        loopback = ip.is_loopback
+    return f"{ip}:{int(port, 16)} loopback={loopback}"
 
 
 for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
