@@ -1,21 +1,38 @@
 # Quick start: `make demo` and `make test` (each installs into .venv first if needed).
-PYTHON ?= python3
+# Current JAX needs Python >= 3.12: the newest one on the machine is used (tools/find_python.sh),
+# or PYTHON=/path/to/python. `make test-oldest` runs the suite on the oldest supported versions.
+PYTHON ?= $(shell tools/find_python.sh)
+OLDEST_PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+OLDEST_VENV := .venv-oldest
+OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
-.PHONY: install test demo bench lint clean
+.PHONY: install test test-oldest demo bench lint clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@test -n "$(PYTHON)" || { tools/find_python.sh; exit 1; }
+	@# a .venv of an older Python (before JAX 0.12) is rebuilt
+	test -x $(PY) && $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || \
+		{ rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[all,dev]'
 	touch $(STAMP)
 
 test: install
 	$(PY) -m pytest tests
+
+$(OLDEST_STAMP): pyproject.toml constraints-oldest.txt
+	test -x $(OLDEST_VENV)/bin/python || $(OLDEST_PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST_VENV)/bin/python -m pip install --quiet -c constraints-oldest.txt -e '.[all,dev]'
+	touch $(OLDEST_STAMP)
+
+test-oldest: $(OLDEST_STAMP)
+	$(OLDEST_VENV)/bin/python -m pytest tests
 
 demo: install
 	$(PY) examples/demo.py
@@ -28,4 +45,4 @@ lint: install
 	$(PY) -m ruff check jaxload tests examples
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache build *.egg-info

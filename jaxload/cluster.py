@@ -36,10 +36,16 @@ def initialize(*, heartbeat_timeout_s: int | None = None, **kwargs) -> None:
     launcher that sees the exit ends them first (``jaxload launch`` does). Too short a value
     ends healthy jobs whose processes pause (a long compile, a swapping host).
 
+    Other keyword arguments go to ``jax.distributed.initialize``, e.g. JAX 0.12's mutual TLS
+    options (``mtls_cert_file``, ``mtls_key_file``, ``mtls_ca_file``, ...), which keep anyone who
+    can reach the coordinator's port from joining the job or writing into its key-value store.
+
     Example:
       >>> import jaxload
       >>> jaxload.initialize(heartbeat_timeout_s=30)   # first thing in a training script
     """
+    import inspect
+
     import jax
 
     if heartbeat_timeout_s is not None:
@@ -48,6 +54,13 @@ def initialize(*, heartbeat_timeout_s: int | None = None, **kwargs) -> None:
             raise ValueError(f"heartbeat_timeout_s={heartbeat_timeout_s!r} must be a positive "
                              "int (seconds)")
         kwargs["heartbeat_timeout_seconds"] = heartbeat_timeout_s
+    accepted = inspect.signature(jax.distributed.initialize).parameters
+    unknown = sorted(k for k in kwargs if k not in accepted)
+    if unknown:
+        hint = (" (mutual TLS needs JAX >= 0.12; on older JAX keep the coordinator on a private "
+                "network)" if any(k.startswith("mtls") for k in unknown) else "")
+        raise TypeError(f"jax.distributed.initialize of JAX {jax.__version__} does not take "
+                        f"{unknown}{hint}")
     if _ENV_PROCESSES not in os.environ:
         jax.distributed.initialize(**kwargs)
         return

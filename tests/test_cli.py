@@ -105,3 +105,12 @@ def test_under_launch_nothing_listens_beyond_loopback():
     listening = [line for line in done.stdout.splitlines() if " LISTEN " in line]
     assert any(line.startswith("[0] LISTEN") for line in listening), done.stdout
     assert all(line.endswith("loopback=True") for line in listening), listening
+
+
+def test_initialize_refuses_options_the_installed_jax_does_not_take():
+    import pytest
+
+    with pytest.raises(TypeError, match=r"does not take \['not_an_option'\]"):
+        jaxload.initialize(not_an_option=1)
+    with pytest.raises(ValueError, match="heartbeat_timeout_s=0 must be a positive int"):
+        jaxload.initialize(heartbeat_timeout_s=0)
