@@ -48,7 +48,7 @@ def measure(rounds: int, steps: int) -> dict:
             watchdog.Watchdog.start, watchdog.Watchdog.reading, watchdog.Watchdog.interruption = real
         else:
             watchdog.Watchdog.start = lambda self: None
-            watchdog.Watchdog.reading = lambda self, *a: contextlib.nullcontext()
+            watchdog.Watchdog.reading = lambda self, *a, **k: contextlib.nullcontext()
             watchdog.Watchdog.interruption = lambda self, exchange: None
 
     def one_pass() -> float:

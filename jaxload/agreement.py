@@ -140,7 +140,7 @@ class Exchange:
     def failed(self) -> str | None:
         """The failure a process published for this exchange (:func:`jaxload.watchdog.Watchdog.publish`),
         if one did (one read)."""
-        return None if self._transport is None else self._transport.try_get(f"{self.prefix}/failed")
+        return None if self._transport is None else self._transport.try_get(failure_key(self.prefix))
 
     def leave(self) -> None:
         """This process is done with the exchange; the last one to leave deletes its keys."""
@@ -173,6 +173,11 @@ class Exchange:
             f"{self.prefix!r} (timeout_s={self._timeout_s:g}): {who}. A process died, hangs in "
             "its input pipeline, or stopped iterating this loader (every process must iterate "
             "every loader in the same order).")
+
+
+def failure_key(prefix: str) -> str:
+    """Where the first failure of exchange ``prefix`` is kept (deleted with the exchange)."""
+    return f"{prefix}/failed"
 
 
 def _ranges(indices: list[int]) -> str:

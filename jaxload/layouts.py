@@ -411,7 +411,7 @@ def model_replicas_in_process(model_size: int, *, devices: Sequence[Device] | No
       >>> dict(layout.mesh.shape), layout.plan(global_batch_size=8).device_rows
       ({'replica': 4, 'model': 2}, ((0, 0, 2), (1, 0, 2), (2, 2, 4), (3, 2, 4)))
     """
-    _check_model_size(model_size, model_size, "")
+    _check_positive(model_size)
     what = f"model_replicas_in_process({model_size})"
     user = meshes.resolve(mesh, devices, what)
     if user is not None:
@@ -451,7 +451,7 @@ def model_replicas_across_processes(
       >>> layout.plans(global_batch_size=8)[0].loading_groups
       ((0, 2), (1, 3))
     """
-    _check_model_size(model_size, model_size, "")
+    _check_positive(model_size)
     what = f"model_replicas_across_processes({model_size})"
     user = meshes.resolve(mesh, devices, what)
     if user is not None:
@@ -491,11 +491,13 @@ def _fitted(layout: Layout, what: str) -> Layout:
     return layout
 
 
-def _check_model_size(model_size: int, available: int, what: str) -> None:
+def _check_positive(model_size: int) -> None:
     if not isinstance(model_size, int) or isinstance(model_size, bool) or model_size < 1:
         raise ValueError(f"model_size must be a positive int, got {model_size!r}")
-    if not what:
-        return
+
+
+def _check_model_size(model_size: int, available: int, what: str) -> None:
+    _check_positive(model_size)
     if available % model_size:
         raise ValueError(
             f"model_size={model_size} does not divide the {available} {what}; "

@@ -57,6 +57,13 @@ class Loader:
       prefetch: how many global batches are assembled ahead on a background thread while the
         training step runs (0: none, everything happens in ``next()``).
 
+    When a pass fails on any process (an exception in reading, assembling, resharding or
+    checking, a stuck pipeline, an uncaught exception of the program), every process's next
+    ``next()`` raises it (:class:`~jaxload.PeerFailedError` on the others). With
+    ``on_failure="exit"`` (the default) each process still running ``exit_grace_s`` seconds
+    later ends with exit code 1, since it may be inside a collective that will never complete;
+    ``on_failure="raise"`` only raises. See :mod:`jaxload.watchdog`.
+
     With ``checks="first"`` (the default) the first step of each pass also verifies that every
     process built the same layout (:func:`jaxload.check.plan`) and that the batch is placed right
     (:func:`jaxload.check.batch`: replicas identical, different row blocks distinct); ``checks=N``

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any, NamedTuple
@@ -27,7 +28,6 @@ import jax
 import numpy as np
 
 from jaxload import protocol, signature
-from jaxload import watchdog as watchdog_module
 from jaxload.agreement import Exchange, PeerFailedError
 from jaxload.assemble import build_global, check_local_batch
 from jaxload.layouts import Plan
@@ -172,11 +172,8 @@ class Pass:
         self._first_step = self._step = start["step"]
         self._position = start["position"]
         self._watchdog = watchdog
-        watch = None
-        if watchdog is not None and read_limit_s is not None:
-            def watch(step: int, first: bool) -> ContextManager:
-                factor = watchdog_module.FIRST_BATCH_FACTOR if first else 1
-                return watchdog.reading(exchange.prefix, step, read_limit_s * factor)
+        watch = (None if watchdog is None or read_limit_s is None else
+                 functools.partial(watchdog.reading, exchange.prefix, limit_s=read_limit_s))
         self._reader = ReadAhead(source, plan, self._pad, stats, self._step, recorder, watch)
         self._recorder = recorder
         self._template: str | None = None  # the signature to pad with, when this process has none
@@ -319,7 +316,7 @@ class Pass:
             if not isinstance(error, PeerFailedError):
                 self._watchdog.publish(failure, error)
                 add_note(error, f"jaxload: {failure.text.splitlines()[0]} (told every process)")
-        report = Report(error=f"{type(error).__name__}: {error}", stage=stage, step=step)
+        report = Report(error=text, stage=stage, step=step)
         try:
             self._exchange.round(report.to_json(), _ended_by_report, ends=True)
         except Exception:  # noqa: BLE001 - the process's own exception is what it raises

@@ -49,7 +49,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from jaxload.agreement import PeerFailedError, this_process_transport
+from jaxload.agreement import PeerFailedError, failure_key, this_process_transport
 from jaxload.transport import Transport, TransportClosed, TransportTimeout, TransportUnavailable
 
 WAKE_S = 10.0  # the longest a watchdog's blocking read lasts: one RPC per process per WAKE_S
@@ -124,8 +124,8 @@ def check_on_failure(on_failure: str, exit_grace_s: float) -> tuple[str, float]:
 class _Read:
     """A batch read in progress: which thread, since when, until when."""
 
-    def __init__(self, exchange: str, step: int, limit_s: float, on_exit: tuple[str, float]):
-        self.exchange, self.step, self.limit_s, self.on_exit = exchange, step, limit_s, on_exit
+    def __init__(self, exchange: str, step: int, limit_s: float):
+        self.exchange, self.step, self.limit_s = exchange, step, limit_s
         self.thread = threading.current_thread()
         self.deadline = time.monotonic() + limit_s
 
@@ -179,9 +179,11 @@ class Watchdog:
         self._failures.pop(exchange, None)
 
     @contextmanager
-    def reading(self, exchange: str, step: int, limit_s: float) -> Iterator[None]:
-        """Marks a batch read in progress, so that a stuck one is found."""
-        read = _Read(exchange, step, limit_s, self._open.get(exchange, self._last_mode))
+    def reading(self, exchange: str, step: int, first: bool = False, *,
+                limit_s: float) -> Iterator[None]:
+        """Marks a batch read in progress, so that a stuck one is found; the ``first`` batch of
+        a pass may take :data:`FIRST_BATCH_FACTOR` times ``limit_s``."""
+        read = _Read(exchange, step, limit_s * (FIRST_BATCH_FACTOR if first else 1))
         key = id(read)
         self._reads[key] = read
         try:
@@ -213,7 +215,7 @@ class Watchdog:
         if t is None:
             return True
         try:
-            if failure.exchange and not t.set_once(f"{failure.exchange}/failed", failure.text):
+            if failure.exchange and not t.set_once(failure_key(failure.exchange), failure.text):
                 return False
             text = failure.to_json()
             for p in range(t.process_count):

@@ -73,13 +73,8 @@ def from_tf_data(
         how long its pipeline may take to produce one batch (the first batch of a pass:
         3 x ``timeout_s``) before the pipeline counts as stuck, a failure that names the
         stack it is stuck in.
-      on_failure: when a pass fails on any process (an exception in reading, assembling,
-        resharding or checking, a stuck pipeline, an uncaught exception while the pass is
-        open), every process's next ``next()`` raises it (:class:`~jaxload.PeerFailedError`
-        on the others). ``"exit"`` (default) then ends each process that is still running
-        ``exit_grace_s`` seconds later with exit code 1, since it may be inside a collective
-        that will never complete; ``"raise"`` only raises. See :mod:`jaxload.watchdog`.
-      exit_grace_s: see ``on_failure``.
+      on_failure, exit_grace_s: what each process does when a pass fails on any process:
+        ``"exit"`` (default) or ``"raise"``; see :class:`~jaxload.Loader`.
       load_once: ``True`` to load each row on one process only and reach the layout's
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
@@ -152,8 +147,7 @@ def from_tf_data(
                       length=length if length >= 0 else None, rows_per_step=global_batch_size)
     return Loader(from_row(0), layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s, on_failure=on_failure,
-                      exit_grace_s=exit_grace_s, record=record,
-                  elastic=elastic)
+                  exit_grace_s=exit_grace_s, record=record, elastic=elastic)
 
 
 def _from_row(ds: Any, start: int, plan: Any, shard: bool, global_batch_size: int) -> Any:
