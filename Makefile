@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 OLDEST_VENV := .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
-.PHONY: install test test-oldest demo bench lint clean
+.PHONY: install test test-fast test-oldest demo bench lint docs doctest clean
 
 install: $(STAMP)
 
@@ -19,20 +19,27 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) && $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || \
 		{ rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[all,dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[all,dev,docs]'
 	touch $(STAMP)
 
+# the test suite, then the docstrings' examples
 test: install
 	$(PY) -m pytest tests
+	$(PY) -m pytest -q --doctest-modules jaxload
+
+# the tests that start no processes (unit tests, simulated topologies and stores): under a minute
+test-fast: install
+	$(PY) -m pytest -m "not cluster" -q tests
 
 $(OLDEST_STAMP): pyproject.toml constraints-oldest.txt
 	test -x $(OLDEST_VENV)/bin/python || $(OLDEST_PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(OLDEST_VENV)/bin/python -m pip install --quiet -c constraints-oldest.txt -e '.[all,dev]'
+	$(OLDEST_VENV)/bin/python -m pip install --quiet -c constraints-oldest.txt -e '.[all,dev,docs]'
 	touch $(OLDEST_STAMP)
 
 test-oldest: $(OLDEST_STAMP)
 	$(OLDEST_VENV)/bin/python -m pytest tests
+	$(OLDEST_VENV)/bin/python -m pytest -q --doctest-modules jaxload
 
 demo: install
 	$(PY) examples/demo.py
@@ -44,5 +51,13 @@ bench: install
 lint: install
 	$(PY) -m ruff check jaxload tests examples
 
+# the API reference from the docstrings, into site/ (open site/index.html; works offline)
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+# the docstrings' examples, in one process with 8 fake CPU devices (conftest.py)
+doctest: install
+	$(PY) -m pytest --doctest-modules jaxload
+
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache build *.egg-info site

@@ -20,6 +20,8 @@ from jaxload.loader import Loader, LoaderIterator
 from jaxload.remainder import REMAINDER_MODES, unpad
 from jaxload.stats import Stats, StatsSummary
 from jaxload.watchdog import PipelineStuckError
+from jaxload.whereabouts import OutOfStepError
+from jaxload.wire import MalformedValueError
 
 __version__ = "0.1.0"
 
@@ -39,6 +41,8 @@ __all__ = (
     "Layout",
     "Loader",
     "LoaderIterator",
+    "MalformedValueError",
+    "OutOfStepError",
     "PeerFailedError",
     "PeerTimeoutError",
     "PipelineStuckError",

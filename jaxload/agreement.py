@@ -8,10 +8,15 @@ processes (N reports in, one read of them, N reads of one decision), where letti
 read every report would move O(N^2). No barrier is used: arrivals are counted with the store's
 atomic increment, and the last process to arrive tells the leader.
 
-Lifetimes: everything lives under ``jaxload/<name>/``. The leader deletes a round once every
-process has arrived at the next one (so all have read its decision); the last process to leave a
-*final* round (one that ends the exchange: the end of a pass, an error, a stop) deletes the
-whole exchange. Nothing accumulates over the rounds of a long run.
+Names: an exchange is named by what it belongs to (a loader's pass, a check's line in the
+program: :mod:`jaxload.whereabouts`), never by a process-wide counter, and a wait that lasts
+looks for processes that are at other exchanges (out of step) instead of waiting out
+``timeout_s``. Every value read is parsed with its fields checked (:mod:`jaxload.wire`).
+
+Lifetimes: everything lives under ``jaxload/<series>/<ordinal>/``. The leader deletes a round
+once every process has arrived at the next one (so all have read its decision); the last process
+to leave a *final* round (one that ends the exchange: the end of a pass, an error, a stop)
+deletes the whole exchange. Nothing accumulates over the rounds of a long run.
 
 A process whose own report ends the exchange (it failed, or stopped iterating) does not wait for
 the others: it publishes and leaves. If that process is the leader, it publishes the decision at
@@ -20,29 +25,71 @@ once, since no report of the others can change it. Every wait is bounded by ``ti
 
 from __future__ import annotations
 
-import itertools
+import time
 import uuid
 from collections.abc import Callable
+from typing import Protocol
 
-from jaxload.transport import CoordinationTransport, Transport, TransportTimeout
+from jaxload import whereabouts
+from jaxload.transport import (
+    CoordinationTransport,
+    Transport,
+    TransportTimeout,
+    TransportUnavailable,
+)
+from jaxload.whereabouts import Created, Name, OutOfStepError
+from jaxload.whereabouts import ranges as _ranges
+from jaxload.wire import MalformedValueError
 
 LEADER = 0
-_loader_ids = itertools.count()
 
 
 class PeerTimeoutError(RuntimeError):
     """Some processes did not reach an exchange in time (dead, stuck or slow), or the
-    coordinator could not be reached."""
+    coordinator could not be reached.
+
+    Example:
+      How long a process waits for the others is the loader's ``timeout_s``:
+
+      >>> import grain
+      >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
+      ...                             global_batch_size=16, timeout_s=300)
+      >>> try:
+      ...     steps = sum(1 for batch in loader)
+      ... except jaxload.PeerTimeoutError as e:   # some process was not there within 300 s
+      ...     print(e)
+      >>> steps
+      4
+    """
 
 
 class PeerFailedError(RuntimeError):
     """Another process failed; the message names it, the stage and step, and its exception.
-    (The process that failed raises its own exception.)"""
+    (The process that failed raises its own exception.)
+
+    Example:
+      With ``on_failure="raise"`` the process goes on after the error (with the default
+      ``"exit"`` it also ends ``exit_grace_s`` seconds later; see :class:`~jaxload.Loader`):
+
+      >>> import grain
+      >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
+      ...                             global_batch_size=16, on_failure="raise")
+      >>> try:
+      ...     for batch in loader:
+      ...         pass                               # the training step
+      ... except jaxload.PeerFailedError as e:       # another process failed; e names it
+      ...     print(f"stopping: {e}")
+    """
 
 
-def next_loader_id() -> int:
-    """Loaders are numbered in creation order, which must be the same on every process."""
-    return next(_loader_ids)
+class Watch(Protocol):
+    """What a long wait in an exchange consults (the process's :class:`~jaxload.watchdog.Watchdog`)."""
+
+    def interruption(self, exchange: str) -> BaseException | None:
+        """A failure that ends the wait (a peer's, published to this process)."""
+
+    def out_of_step(self, exchange: str, error: OutOfStepError) -> None:
+        """Tells every process that the processes are out of step (``error`` says how)."""
 
 
 _transport: list[Transport] = []  # this process's, created once (its byte counts accumulate)
@@ -63,8 +110,28 @@ def this_process_transport() -> Transport | None:
 
 
 # decide(reports by process index) -> (decision text, whether it ends the exchange)
-_FINAL, _GOES_ON = "F", "C"  # the first character of a published decision
+_FINAL, _GOES_ON, _FAILED = "F", "C", "E"  # the first character of a published decision
 Decide = Callable[[dict[int, str]], tuple[str, bool]]
+
+
+class Reports(dict):
+    """A round's reports by process index, read from the keys under ``prefix`` (which a
+    malformed report's error names, with :meth:`key_of`)."""
+
+    def __init__(self, prefix: str, entries: list[tuple[str, str]] | dict[int, str] = ()):
+        super().__init__()
+        self.prefix = prefix
+        items = entries.items() if isinstance(entries, dict) else entries
+        for k, v in items:
+            process = k if isinstance(k, int) else k.rsplit("/", 1)[1]
+            if isinstance(process, str) and not process.isdigit():
+                raise MalformedValueError(f"unexpected key {k!r} among the reports under "
+                                          f"{prefix!r} (not written by jaxload)")
+            self[int(process)] = v
+
+    def key_of(self, process: int) -> str:
+        """The key process ``process``'s report was read from."""
+        return f"{self.prefix}/{process}"
 
 
 class Exchange:
@@ -78,12 +145,25 @@ class Exchange:
       '3'
     """
 
-    def __init__(self, name: str, timeout_s: float, transport: Transport | None | str = "auto"):
-        self.prefix = f"jaxload/{name}"
+    def __init__(self, name: str | Name, timeout_s: float, transport: Transport | None | str = "auto",
+                 *, watch: Watch | None = None, blocking: Callable[[], bool] = lambda: True,
+                 created: Created = whereabouts.CREATED):
+        """``name``: what the exchange belongs to (:mod:`jaxload.whereabouts`; a plain str
+        names a one-off series). ``watch``: consulted while a wait lasts (a peer's failure ends
+        it; processes found out of step are announced). ``blocking()``: whether the program is
+        blocked in this exchange's waits (a loop waiting for its next batch), so that processes
+        waiting elsewhere are out of step with it. ``created``: the exchanges this process
+        created."""
+        self.name = name if isinstance(name, Name) else Name(name, 0, f"exchange {name!r}")
+        self.prefix = self.name.prefix
         self._timeout_s = timeout_s
         self._transport = this_process_transport() if transport == "auto" else transport
+        self._watch = watch
+        self._blocking = blocking
+        self._created = created
         self._round = 0
         self._left = False
+        self.decision_key = f"{self.prefix}/0/decision"  # where the last decision was read
 
     @property
     def process_index(self) -> int:
@@ -104,13 +184,13 @@ class Exchange:
         r, self._round = self._round, self._round + 1
         t = self._transport
         if t is None:  # a single process decides alone
-            decision, final = decide({0: report})
+            decision, final = decide(Reports(f"{self.prefix}/{r}/p", {0: report}))
             self._left = final or ends
             return decision
         key = f"{self.prefix}/{r}"
         try:
             if t.process_index == LEADER and ends:
-                decision, _ = decide({LEADER: report})
+                decision, _ = decide(Reports(f"{key}/p", {LEADER: report}))
                 t.set(f"{key}/decision", _FINAL + decision)
                 self.leave()
                 return decision
@@ -121,21 +201,88 @@ class Exchange:
                 self.leave()
                 return None
             if t.process_index == LEADER:
-                t.get(f"{key}/all", self._timeout_s)
-                reports = {int(k.rsplit("/", 1)[1]): v for k, v in t.dir_get(f"{key}/p")}
-                decision, final = decide(reports)
+                self._wait(f"{key}/all", r)
+                reports = Reports(f"{key}/p", t.dir_get(f"{key}/p"))
+                try:
+                    decision, final = decide(reports)
+                except Exception as e:  # e.g. a malformed report: every process learns why
+                    t.set(f"{key}/decision", _FAILED + f"{type(e).__name__}: {e}")
+                    raise
                 published = (_FINAL if final else _GOES_ON) + decision
                 t.set(f"{key}/decision", published)
                 if r:  # every process arrived here, so all have read the previous decision
                     t.delete(f"{self.prefix}/{r - 1}")
             else:
-                published = t.get(f"{key}/decision", self._timeout_s)
+                published = self._wait(f"{key}/decision", r)
         except TransportTimeout as e:
             self.leave()
             raise self._timeout_error(r, where or f"round {r}", e) from e
-        if published[0] == _FINAL:
+        except BaseException:  # a peer's failure, processes out of step, a malformed report
+            self.leave()
+            raise
+        self.decision_key = f"{key}/decision"
+        kind = published[:1]
+        if kind not in (_FINAL, _GOES_ON):
+            self.leave()
+            if kind == _FAILED:
+                raise PeerFailedError(f"process {LEADER} could not decide {where or f'round {r}'} "
+                                      f"of {self.name.what}: {published[1:]}")
+            raise MalformedValueError(f"malformed decision in {self.decision_key!r} written by "
+                                      f"process {LEADER}: {published[:200]!r}")
+        if kind == _FINAL:
             self.leave()
         return published[1:]
+
+    def _wait(self, key: str, r: int) -> str:
+        """The value of ``key``, waiting up to ``timeout_s``. A wait that lasts
+        :data:`~jaxload.whereabouts.SUSPECT_S` posts where this process waits, ends on a peer's
+        failure, and looks for processes out of step with this one."""
+        t = self._transport
+        deadline = time.monotonic() + self._timeout_s
+        posted = None
+        try:
+            while True:
+                slice_s = whereabouts.SUSPECT_S if posted is None else whereabouts.LOOK_EVERY_S
+                left = deadline - time.monotonic()
+                try:
+                    return t.get(key, max(0.001, min(left, slice_s)))
+                except TransportUnavailable:
+                    raise
+                except TransportTimeout:
+                    if time.monotonic() >= deadline:
+                        raise
+                if self._watch is not None:
+                    interruption = self._watch.interruption(self.prefix)
+                    if interruption is not None:
+                        raise interruption
+                if posted is None:
+                    posted = whereabouts.post(t, self.name, r)
+                if self._blocking():
+                    self._look_out_of_step(r)
+        finally:
+            if posted is not None:
+                try:
+                    t.delete(posted)
+                except Exception:  # noqa: BLE001 - a stale post only names a finished wait
+                    pass
+
+    def _look_out_of_step(self, r: int) -> None:
+        t = self._transport
+        arrived = (self._arrived(r) or set()) if t.process_index == LEADER else None
+        found = whereabouts.out_of_step(t, self.name, r, arrived, self._created)
+        if found is None:
+            return
+        error = OutOfStepError(found)
+        if self._watch is not None:
+            self._watch.out_of_step(self.prefix, error)
+        raise error
+
+    def _arrived(self, r: int) -> set[int] | None:
+        try:
+            return {int(k.rsplit("/", 1)[1]) for k, _ in
+                    self._transport.dir_get(f"{self.prefix}/{r}/p")}
+        except Exception:  # noqa: BLE001 - the coordinator itself may be gone
+            return None
 
     def failed(self) -> str | None:
         """The failure a process published for this exchange (:func:`jaxload.watchdog.Watchdog.publish`),
@@ -158,10 +305,7 @@ class Exchange:
 
     def _timeout_error(self, r: int, where: str, cause: Exception) -> PeerTimeoutError:
         t = self._transport
-        try:
-            arrived = {int(k.rsplit("/", 1)[1]) for k, _ in t.dir_get(f"{self.prefix}/{r}/p")}
-        except Exception:  # noqa: BLE001 - the coordinator itself may be gone
-            arrived = None
+        arrived = self._arrived(r)
         if arrived is None:
             who = f"the coordinator (process 0) did not answer ({cause})"
         else:
@@ -170,9 +314,9 @@ class Exchange:
                    f"the leader (process {LEADER}) did not publish the decision")
         return PeerTimeoutError(
             f"process {t.process_index} waited for the other processes at {where} of "
-            f"{self.prefix!r} (timeout_s={self._timeout_s:g}): {who}. A process died, hangs in "
+            f"{self.name.what} (timeout_s={self._timeout_s:g}): {who}. A process died, hangs in "
             "its input pipeline, or stopped iterating this loader (every process must iterate "
-            "every loader in the same order).")
+            f"every loader in the same order).{whereabouts.where_others_wait(t)}")
 
 
 def failure_key(prefix: str) -> str:
@@ -180,34 +324,22 @@ def failure_key(prefix: str) -> str:
     return f"{prefix}/failed"
 
 
-def _ranges(indices: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``'0-2, 5'``: readable with thousands of processes."""
-    parts, start = [], None
-    for i, p in enumerate(indices):
-        if start is None:
-            start = p
-        if i + 1 == len(indices) or indices[i + 1] != p + 1:
-            parts.append(str(start) if start == p else f"{start}-{p}")
-            start = None
-    return ", ".join(parts)
-
-
-def gather_once(name: str, report: str, decide: Decide, timeout_s: float,
-                transport: Transport | None | str = "auto") -> str:
+def gather_once(name: str | Name, report: str, decide: Decide, timeout_s: float,
+                transport: Transport | None | str = "auto", watch: Watch | None = None) -> str:
     """A one-round exchange (checks, stats): its decision on every process, its keys deleted.
 
     Example:
       >>> gather_once("example", "7", lambda reports: (max(reports.values()), True), 60)
       '7'
     """
-    exchange = Exchange(name, timeout_s, transport)
+    exchange = Exchange(name, timeout_s, transport, watch=watch)
     decision = exchange.round(report, decide)
     exchange.leave()
     return decision
 
 
-def shared_token(name: str, timeout_s: float) -> str:
+def shared_token(name: Name, timeout_s: float, watch: Watch | None = None) -> str:
     """A random token that the leader draws and every process reads: the same on all processes
     of this run, different in the next run (e.g. to name a tf.data service job)."""
     drawn = uuid.uuid4().hex[:12]
-    return gather_once(f"token/{name}", "", lambda _: (drawn, True), timeout_s)
+    return gather_once(name, "", lambda _: (drawn, True), timeout_s, watch=watch)

@@ -8,11 +8,10 @@ in multi-process JAX it assumes every process holds the same global value.)
 
 Copies: ``make_array_from_process_local_data`` copies each device's rows from the host batch once
 (on CPU devices not even that when the batch is 64-byte aligned, see :func:`aligned_empty`).
-Measured against splitting per device (``device_put`` of a list of slices +
-``make_array_from_single_device_arrays``) on 8 CPU devices, it was faster at 64 KiB, 3 MiB and
-48 MiB alike (0.13 ms vs 0.34 ms per leaf), so it is the multi-process path. With a single
-process the whole batch is local, and one ``jax.device_put`` of all leaves is exact and took
-0.53 ms for 8 leaves against 1.0 ms (``benchmarks/bench.py`` reports assembly vs memcpy).
+It was faster than splitting per device (``device_put`` of a list of slices +
+``make_array_from_single_device_arrays``) at every batch size measured, so it is the
+multi-process path. With a single process the whole batch is local, and one ``jax.device_put``
+of all leaves is exact and faster still (``benchmarks/bench.py`` reports assembly vs memcpy).
 """
 
 from __future__ import annotations

@@ -12,15 +12,26 @@
 Each check fingerprints every addressable shard on the host (BLAKE2b of its bytes, shape and
 dtype: the same on every process and machine), exchanges the fingerprints between processes in
 one round through JAX's coordination service, and compares them. Every process reaches the same
-verdict and raises the same error. Cost, measured by ``benchmarks/check_cost.py`` on a 2-core
-machine with 2 processes x 4 CPU devices and a 3 MiB global batch: about 6 ms per call (hashing
-1.5 MiB per process plus one exchange of ~1.5 ms); ``plan`` about 2 ms.
+verdict and raises the same error. ``benchmarks/check_cost.py`` measures what a check costs.
+
+Every process must run the same checks in the same order. Each check's exchange is named by the
+line of the program that called it and how many times that line has (or by ``name=``, the same
+on every process): a check that some processes skip is named within seconds as processes out of
+step (:class:`~jaxload.OutOfStepError`), not after ``timeout_s``.
+
+A loader runs :func:`plan` and :func:`batch` on the first step of each pass (``checks=``).
+
+Example:
+  >>> layout = jaxload.data_parallel()
+  >>> batch = {"x": jax.device_put(np.arange(16.0), layout.sharding)}
+  >>> jaxload.check.batch(batch)                          # silent: each device its own rows
+  >>> jaxload.check.plan(layout, global_batch_size=16)    # silent: one layout everywhere
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import itertools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +39,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxload import watchdog, whereabouts, wire
 from jaxload.agreement import PeerFailedError, _ranges, gather_once
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
@@ -36,23 +48,73 @@ PyTree = Any
 
 DEFAULT_TIMEOUT_S = 600.0
 
-_check_ids = itertools.count()  # checks run in the same order on every process
-
 
 class CheckError(ValueError):
-    """A run-time check found data on the wrong devices (the base of the errors below)."""
+    """A run-time check found data on the wrong devices (the base of the errors below).
+
+    Example:
+      >>> layout = jaxload.data_parallel()
+      >>> same = jax.device_put(np.tile([1.0, 2.0], (8, 1)), layout.sharding)  # 8 equal rows
+      >>> try:
+      ...     jaxload.check.batch({"x": same})
+      ... except jaxload.check.CheckError as e:
+      ...     print(type(e).__name__)
+      DuplicationError
+    """
 
 
 class ReplicationError(CheckError):
-    """Devices that should hold identical rows of a global array hold different data."""
+    """Devices that should hold identical rows of a global array hold different data.
+
+    Raised by :func:`replication` and :func:`batch` on every process.
+
+    Example:
+      Device 1 holds other data than its partner in the model replica on devices 0 and 1:
+
+      >>> layout = jaxload.model_replicas_in_process(2)       # replicas of 2 devices
+      >>> rows = np.arange(8.0)
+      >>> indices = layout.sharding.addressable_devices_indices_map((8,))
+      >>> shards = [jax.device_put(rows[index] + (d.id == 1), d) for d, index in indices.items()]
+      >>> x = jax.make_array_from_single_device_arrays((8,), layout.sharding, shards)
+      >>> jaxload.check.replication({"x": x})
+      Traceback (most recent call last):
+      ...
+      jaxload.check.ReplicationError: batch['x'] rows [0, 2) should be identical on every device
+      that holds them, but 2 versions exist: devices 0 (process 0) hold version 1; devices 1 ...
+    """
 
 
 class DuplicationError(CheckError):
-    """Devices that hold different rows of a batch hold identical data."""
+    """Devices that hold different rows of a batch hold identical data.
+
+    Raised by :func:`distinct` and :func:`batch` on every process.
+
+    Example:
+      Every device got the same row, as when each process loads the whole, unsharded pipeline:
+
+      >>> layout = jaxload.data_parallel()
+      >>> x = jax.device_put(np.tile([1.0, 2.0], (8, 1)), layout.sharding)
+      >>> jaxload.check.distinct({"x": x})
+      Traceback (most recent call last):
+      ...
+      jaxload.check.DuplicationError: different rows of the batch hold identical data: rows [0, 1)
+      on devices 0 (process 0); rows [1, 2) on devices 1 (process 0); ...
+    """
 
 
 class PlanMismatchError(CheckError):
-    """Processes computed different layouts or global batch sizes."""
+    """Processes computed different layouts or global batch sizes.
+
+    Raised by :func:`plan` on every process, naming the processes that differ from process 0
+    and what each of them built.
+
+    Example:
+      It takes two processes to differ; in one process the check always passes:
+
+      >>> jaxload.check.plan(jaxload.data_parallel(), global_batch_size=64)
+      >>> issubclass(jaxload.PlanMismatchError, ValueError)
+      True
+    """
 
 
 _ERRORS = {e.__name__: e for e in (ReplicationError, DuplicationError, PlanMismatchError)}
@@ -60,7 +122,17 @@ _SHOWN = 8  # processes listed one by one in an error; the rest are counted
 
 
 def fingerprint(data: np.ndarray) -> str:
-    """A stable 64-bit fingerprint of an array's bytes, shape and dtype (hex)."""
+    """A stable 64-bit fingerprint of an array's bytes, shape and dtype (hex).
+
+    Example:
+      >>> a = np.arange(4, dtype=np.int32)
+      >>> jaxload.check.fingerprint(a) == jaxload.check.fingerprint(a.copy())
+      True
+      >>> jaxload.check.fingerprint(a) == jaxload.check.fingerprint(a.astype(np.int64))
+      False
+      >>> len(jaxload.check.fingerprint(a))
+      16
+    """
     data = np.asarray(data)
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{data.dtype.str}{data.shape}".encode())
@@ -68,8 +140,25 @@ def fingerprint(data: np.ndarray) -> str:
     return h.hexdigest()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Report:
+    """A process's report: its records, or why it could not compute them."""
+
+    records: list | dict | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Verdict:
+    """The leader's verdict: a process failed, a check failed (its error type), or nothing."""
+
+    failed: str | None = None
+    error: str | None = None
+    message: str | None = None
+
+
 def _checked(kind: str, records: Callable[[], Any], verify: Callable[[dict[int, Any]], None],
-             timeout_s: float) -> None:
+             timeout_s: float, name: str | None = None) -> None:
     """Gathers every process's ``records()`` at the leader, which runs ``verify`` on them and
     publishes the verdict; every process raises the same error (O(N) through the coordinator).
 
@@ -83,24 +172,33 @@ def _checked(kind: str, records: Callable[[], Any], verify: Callable[[dict[int, 
         failure, report = e, json.dumps({"error": f"{type(e).__name__}: {e}"})
 
     def decide(reports: dict[int, str]) -> tuple[str, bool]:
-        parsed = {p: json.loads(r) for p, r in reports.items()}
-        failed = sorted(p for p, r in parsed.items() if "error" in r)
+        key_of = getattr(reports, "key_of", str)
+        parsed = {p: wire.fields_of(_Report, r, key=key_of(p), writer=p)
+                  for p, r in reports.items()}
+        failed = sorted(p for p, r in parsed.items() if r.error is not None)
         if failed:
-            error = parsed[failed[0]]["error"]
+            error = parsed[failed[0]].error
             return json.dumps({"failed": f"process {failed[0]} failed while checking: {error}"}), True
         try:
-            verify({p: r["records"] for p, r in parsed.items()})
+            verify({p: r.records for p, r in parsed.items()})
         except CheckError as e:
             return json.dumps({"error": type(e).__name__, "message": str(e)}), True
         return "{}", True
 
-    verdict = json.loads(gather_once(f"check.{kind}.{next(_check_ids)}", report, decide, timeout_s))
+    dog = watchdog.this_process()
+    dog.start()
+    exchange = whereabouts.one_off(f"check.{kind}", name)
+    text = gather_once(exchange, report, decide, timeout_s, watch=dog)
+    verdict = wire.fields_of(_Verdict, text, key=f"{exchange.prefix}/0/decision", writer=0)
     if failure is not None:
         raise failure
-    if "failed" in verdict:
-        raise PeerFailedError(verdict["failed"])
-    if "error" in verdict:
-        raise _ERRORS[verdict["error"]](verdict["message"])
+    if verdict.failed is not None:
+        raise PeerFailedError(verdict.failed)
+    if verdict.error is not None:
+        if verdict.error not in _ERRORS:
+            raise wire.MalformedValueError(f"malformed verdict in {exchange.prefix!r} written "
+                                           f"by process 0: unknown error {verdict.error!r}")
+        raise _ERRORS[verdict.error](verdict.message)
 
 
 def _records(tree: PyTree, constant_flags: bool) -> list[list]:
@@ -119,7 +217,8 @@ def _records(tree: PyTree, constant_flags: bool) -> list[list]:
     return out
 
 
-def _check_batch(tree: PyTree, kind: str, timeout_s: float, *verifiers) -> None:
+def _check_batch(tree: PyTree, kind: str, timeout_s: float, name: str | None,
+                 *verifiers) -> None:
     """Fingerprints this process's shards; the leader runs ``verifiers`` on every process's."""
 
     def verify(seen: dict[int, list]) -> None:
@@ -128,7 +227,7 @@ def _check_batch(tree: PyTree, kind: str, timeout_s: float, *verifiers) -> None:
             verifier(records)
 
     _checked(kind, lambda: _records(tree, constant_flags=kind != "replication"), verify,
-             timeout_s)
+             timeout_s, name)
 
 
 def _holders(devices: list[tuple[int, int]]) -> str:
@@ -177,7 +276,8 @@ def _verify_distinct(records: list[tuple[int, list]]) -> None:
             )
 
 
-def replication(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+def replication(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                name: str | None = None) -> None:
     """Raises :class:`ReplicationError` if devices holding the same index of an array disagree.
 
     Works for any sharding and rank, in one process or many; every process must call it (with
@@ -185,13 +285,17 @@ def replication(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     devices and processes holding each version, the minority first.
 
     Example:
-      >>> batch = next(iter(loader))
-      >>> jaxload.check.replication(batch)   # silent when replicas agree
+      >>> layout = jaxload.model_replicas_in_process(2)      # each replica on 2 devices
+      >>> batch = {"x": jax.device_put(np.arange(8.0), layout.sharding)}
+      >>> jaxload.check.replication(batch)                    # silent when replicas agree
+
+      :class:`ReplicationError` shows a failing one.
     """
-    _check_batch(tree, "replication", timeout_s, _verify_replication)
+    _check_batch(tree, "replication", timeout_s, name, _verify_replication)
 
 
-def distinct(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+def distinct(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+             name: str | None = None) -> None:
     """Raises :class:`DuplicationError` if two different row blocks of a batch hold the same data.
 
     A row block (a per-replica batch: the rows ``[start, stop)`` one device holds) is
@@ -201,28 +305,37 @@ def distinct(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     process must call it.
 
     Example:
+      >>> layout = jaxload.data_parallel()
+      >>> batch = {"x": jax.device_put(np.arange(16.0), layout.sharding)}
       >>> jaxload.check.distinct(batch)   # silent when each replica got its own rows
+
+      :class:`DuplicationError` shows a failing one.
     """
-    _check_batch(tree, "distinct", timeout_s, _verify_distinct)
+    _check_batch(tree, "distinct", timeout_s, name, _verify_distinct)
 
 
-def batch(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+def batch(tree: PyTree, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+          name: str | None = None) -> None:
     """:func:`replication` and :func:`distinct` with one fingerprinting pass and one exchange.
 
     Example:
-      >>> jaxload.check.batch(batch)
+      >>> layout = jaxload.model_replicas_in_process(2)
+      >>> batch = {"x": jax.device_put(np.arange(8.0), layout.sharding)}
+      >>> jaxload.check.batch(batch)      # silent: replicas agree, row blocks differ
     """
-    _check_batch(tree, "batch", timeout_s, _verify_replication, _verify_distinct)
+    _check_batch(tree, "batch", timeout_s, name, _verify_replication, _verify_distinct)
 
 
-def plan(layout: Layout, global_batch_size: int, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+def plan(layout: Layout, global_batch_size: int, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+         name: str | None = None) -> None:
     """Raises :class:`PlanMismatchError` if processes computed different layouts or batch sizes.
 
     Compares, across processes, the mesh (axis names, shape, device ids in mesh order), the batch
     axes and the global batch size, and names the processes that differ from process 0.
 
     Example:
-      >>> jaxload.check.plan(layout, global_batch_size=256)
+      >>> layout = jaxload.data_parallel()
+      >>> jaxload.check.plan(layout, global_batch_size=64)    # silent: the same everywhere
     """
     mesh = layout.mesh
     mine = {
@@ -232,7 +345,7 @@ def plan(layout: Layout, global_batch_size: int, *, timeout_s: float = DEFAULT_T
         "global_batch_size": global_batch_size,
         "devices": fingerprint(np.array([d.id for d in mesh.devices.flat])),
     }
-    _checked("plan", lambda: mine, _verify_plan, timeout_s)
+    _checked("plan", lambda: mine, _verify_plan, timeout_s, name)
 
 
 def _verify_plan(seen: dict[int, dict]) -> None:

@@ -87,6 +87,15 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The ``jaxload`` command's arguments: the commands ``plan`` and ``launch`` and their options.
+
+    Example:
+      >>> from jaxload import cli
+      >>> argv = ["launch", "-n", "2", "--local-devices", "4", "--", "python", "train.py"]
+      >>> args = cli.parser().parse_args(argv)
+      >>> args.num_processes, args.local_devices, args.timeout, args.command
+      (2, 4, 3600, ['--', 'python', 'train.py'])
+    """
     top = argparse.ArgumentParser(prog="jaxload", description=__doc__.split("\n")[0])
     commands = top.add_subparsers(dest="cmd", required=True)
 
@@ -119,6 +128,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the ``jaxload`` command with ``argv`` (default: ``sys.argv[1:]``) and returns its exit
+    code; a bad value prints ``jaxload <command>: <why>`` to stderr and returns 2.
+
+    Example:
+      >>> from jaxload import cli
+      >>> code = cli.main(["plan", "--processes", "4", "--local-devices", "2",
+      ...                  "--layout", "replicas-across-processes", "--model-size", "2",
+      ...                  "--global-batch-size", "16"])
+      4 processes x 2 devices, mesh replica=4 x model=2, batch over ('replica',)
+      global batch 16 rows = 4 per-replica batches of 4; 2 loading groups of 8 rows each
+      ...
+      >>> code
+      0
+    """
     args = parser().parse_args(argv)
     try:
         return args.run(args)

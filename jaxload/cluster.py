@@ -41,8 +41,17 @@ def initialize(*, heartbeat_timeout_s: int | None = None, **kwargs) -> None:
     can reach the coordinator's port from joining the job or writing into its key-value store.
 
     Example:
-      >>> import jaxload
-      >>> jaxload.initialize(heartbeat_timeout_s=30)   # first thing in a training script
+      The first thing in a training script, before any other JAX call (not run here: the
+      examples run in one process that is no member of a cluster and has used its devices):
+
+      >>> jaxload.initialize(heartbeat_timeout_s=30)   # doctest: +SKIP
+
+      Bad values are refused before ``jax.distributed`` is touched:
+
+      >>> jaxload.initialize(heartbeat_timeout_s=0)
+      Traceback (most recent call last):
+      ...
+      ValueError: heartbeat_timeout_s=0 must be a positive int (seconds)
     """
     import inspect
 

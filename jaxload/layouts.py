@@ -40,7 +40,7 @@ class SimulatedDevice:
     """A stand-in for a ``jax.Device`` on a topology that is planned but not started.
 
     Example:
-      >>> devices = simulated_devices(num_processes=4, local_devices=2)
+      >>> devices = jaxload.simulated_devices(num_processes=4, local_devices=2)
       >>> devices[3]
       SimulatedDevice(id=3, process_index=1, platform='cpu')
     """
@@ -61,7 +61,8 @@ def simulated_devices(num_processes: int, local_devices: int) -> list[SimulatedD
     Pass them as ``devices=`` to any layout constructor to plan that topology in one process.
 
     Example:
-      >>> layout = model_replicas_across_processes(2, devices=simulated_devices(4, 2))
+      >>> devices = jaxload.simulated_devices(4, 2)
+      >>> layout = jaxload.model_replicas_across_processes(2, devices=devices)
       >>> [p.shard_index for p in layout.plans(global_batch_size=16)]
       [0, 1, 0, 1]
     """
@@ -100,7 +101,7 @@ class Plan:
         of that dimension (the columns), sorted by device id.
 
     Example:
-      >>> layout = data_parallel(devices=simulated_devices(2, 4))
+      >>> layout = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4))
       >>> plan = layout.plan(global_batch_size=16, process_index=1)
       >>> plan.shard_index, plan.shard_count, plan.local_batch_size, plan.global_rows
       (1, 2, 8, (8, 16))
@@ -129,6 +130,12 @@ class Plan:
         """Tables of the loading groups and of the rows each device holds (needs ``rich``).
 
         The same text as ``jaxload plan`` on the command line.
+
+        Example:
+          >>> devices = jaxload.simulated_devices(4, 2)
+          >>> plan = jaxload.model_replicas_across_processes(2, devices=devices).plan(16)
+          >>> print(plan.explain().splitlines()[1])
+          global batch 16 rows = 4 per-replica batches of 4; 2 loading groups of 8 rows each
         """
         from jaxload import explain  # presentation lives outside the arithmetic
 
@@ -167,10 +174,12 @@ class Layout:
     rows: a process loads whole rows and hands each of its devices only the columns it holds.
 
     Example:
-      >>> mesh = jax.sharding.Mesh(np.array(simulated_devices(2, 4)).reshape(4, 2), ("data", "model"))
-      >>> Layout(mesh, "data").plan(global_batch_size=8).local_batch_size
+      >>> from jax.sharding import Mesh, PartitionSpec
+      >>> devices = np.array(jaxload.simulated_devices(2, 4)).reshape(4, 2)
+      >>> mesh = Mesh(devices, ("data", "model"))
+      >>> jaxload.Layout(mesh, "data").plan(global_batch_size=8).local_batch_size
       4
-      >>> layout = Layout(mesh, "data", {"tokens": PartitionSpec("data", "model")})
+      >>> layout = jaxload.Layout(mesh, "data", {"tokens": PartitionSpec("data", "model")})
       >>> layout.plan(global_batch_size=8).device_columns[:2]
       ((0, 'tokens', 1, 0, 2), (1, 'tokens', 1, 1, 2))
     """
@@ -204,8 +213,9 @@ class Layout:
         :attr:`sharding`.
 
         Example:
-          >>> mesh = Mesh(np.array(simulated_devices(2, 4)).reshape(4, 2), ("data", "seq"))
-          >>> layout = Layout(mesh, "data", {"tokens": PartitionSpec("data", "seq")})
+          >>> from jax.sharding import Mesh, PartitionSpec
+          >>> mesh = Mesh(np.array(jaxload.simulated_devices(2, 4)).reshape(4, 2), ("data", "seq"))
+          >>> layout = jaxload.Layout(mesh, "data", {"tokens": PartitionSpec("data", "seq")})
           >>> shardings = layout.shardings({"tokens": np.zeros((8, 16)), "label": np.zeros(8)})
           >>> shardings["tokens"].spec, shardings["label"].spec
           (P('data', 'seq'), P('data',))
@@ -253,7 +263,8 @@ class Layout:
         is its own loading group already, this is just :meth:`plan`.
 
         Example:
-          >>> layout = model_replicas_across_processes(2, devices=simulated_devices(4, 2))
+          >>> devices = jaxload.simulated_devices(4, 2)
+          >>> layout = jaxload.model_replicas_across_processes(2, devices=devices)
           >>> layout.plan(16).shard_count, layout.load_once_plan(16).shard_count
           (2, 4)
         """
@@ -385,9 +396,17 @@ def data_parallel(*, devices: Sequence[Device] | None = None, mesh: Mesh | None 
     ``jax.make_mesh`` gives by default. Every process is its own loading group.
 
     Example:
-      >>> layout = data_parallel(devices=simulated_devices(2, 4))
+      >>> layout = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4))
       >>> dict(layout.mesh.shape), layout.plan(global_batch_size=32).local_batch_size
       ({'data': 8}, 16)
+
+      On this process's 8 devices, and on a mesh of your own:
+
+      >>> dict(jaxload.data_parallel().mesh.shape)
+      {'data': 8}
+      >>> mesh = jax.make_mesh((4, 2), ("data", "model"))
+      >>> jaxload.data_parallel(mesh=mesh).sharding.spec
+      P(('data', 'model'),)
     """
     user = meshes.resolve(mesh, devices, "data_parallel()")
     if user is not None:
@@ -407,7 +426,7 @@ def model_replicas_in_process(model_size: int, *, devices: Sequence[Device] | No
     devices must be on one process.
 
     Example:
-      >>> layout = model_replicas_in_process(2, devices=simulated_devices(2, 4))
+      >>> layout = jaxload.model_replicas_in_process(2, devices=jaxload.simulated_devices(2, 4))
       >>> dict(layout.mesh.shape), layout.plan(global_batch_size=8).device_rows
       ({'replica': 4, 'model': 2}, ((0, 0, 2), (1, 0, 2), (2, 2, 4), (3, 2, 4)))
     """
@@ -447,7 +466,8 @@ def model_replicas_across_processes(
     is sharded over the other axes; the processes that share a replica form a loading group.
 
     Example:
-      >>> layout = model_replicas_across_processes(2, devices=simulated_devices(4, 2))
+      >>> devices = jaxload.simulated_devices(4, 2)
+      >>> layout = jaxload.model_replicas_across_processes(2, devices=devices)
       >>> layout.plans(global_batch_size=8)[0].loading_groups
       ((0, 2), (1, 3))
     """

@@ -20,6 +20,7 @@ exact resume on the same plan, and the global row position, for a resume on anot
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ from typing import Any
 
 import jax
 
-from jaxload import agreement, check, watchdog
+from jaxload import agreement, check, watchdog, whereabouts
 from jaxload import state as states
 from jaxload.agreement import PeerFailedError
 from jaxload.layouts import Layout, Plan
@@ -67,14 +68,19 @@ class Loader:
     With ``checks="first"`` (the default) the first step of each pass also verifies that every
     process built the same layout (:func:`jaxload.check.plan`) and that the batch is placed right
     (:func:`jaxload.check.batch`: replicas identical, different row blocks distinct); ``checks=N``
-    repeats the batch check every N steps, ``checks="never"`` turns them off. Measured cost
-    (``benchmarks/check_cost.py``, 2 processes x 4 CPU devices on a 2-core machine): about 6 ms
-    per batch check of a 3 MiB global batch and 2 ms for the plan check.
+    repeats the batch check every N steps, ``checks="never"`` turns them off
+    (``benchmarks/check_cost.py`` measures what they cost).
 
     Example:
-      >>> loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=64)
-      >>> for batch in loader:
-      ...     state = train_step(state, batch)
+      >>> import grain
+      >>> ds = grain.MapDataset.range(64).map(lambda i: {"id": np.int32(i)})
+      >>> loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=16)
+      >>> for batch in loader:            # one pass over ds: 4 global batches of 16 rows
+      ...     print(batch["id"].shape, batch["id"].sharding.spec, np.asarray(batch["id"])[:3])
+      (16,) P('data',) [0 1 2]
+      (16,) P('data',) [16 17 18]
+      (16,) P('data',) [32 33 34]
+      (16,) P('data',) [48 49 50]
     """
 
     def __init__(
@@ -93,6 +99,7 @@ class Loader:
         record: str | None = None,
         on_failure: str = "exit",
         exit_grace_s: float = watchdog.DEFAULT_EXIT_GRACE_S,
+        name: str | None = None,
     ):
         """``local_batches(position)`` starts a pass at a backend position (None: the start) and
         yields this process's numpy batches, each with the backend position after it (JSON).
@@ -101,7 +108,10 @@ class Loader:
         (:class:`jaxload.state.Elastic`).
         ``record``: a top-level feature whose values per step :meth:`records` returns.
         ``on_failure``, ``exit_grace_s``: what a process does when a pass fails on any process
-        (:mod:`jaxload.watchdog`)."""
+        (:mod:`jaxload.watchdog`).
+        ``name``: names the loader's exchanges between processes (by default the line of the
+        program that built it: :mod:`jaxload.whereabouts`); give loaders built on one line (in
+        a loop or a helper) names of their own, the same on every process."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self._on_failure = watchdog.check_on_failure(on_failure, exit_grace_s)
@@ -123,9 +133,8 @@ class Loader:
         self._timeout_s = timeout_s
         self._not_resumable = not_resumable
         self._elastic = elastic
-        self._id = agreement.next_loader_id()
+        self.name = whereabouts.loader_name(name)
         self._passes = 0
-        self._summaries = 0  # stats(all_processes=True) calls, each one exchange
         self._stats = Stats(jax.process_index())
         # where the current (or next) pass stands: step, origin (the global row its pipeline
         # started at), backend position
@@ -147,10 +156,14 @@ class Loader:
         self.close()
         start, self._resume = self._resume, _START
         self._position = start
-        exchange = agreement.Exchange(f"{self._id}.{self._passes}", self._timeout_s)
+        name = whereabouts.CREATED.new(f"loader/{self.name}/pass",
+                                       f"loader {self.name!r} pass {{ordinal}}")
+        waiting = threading.Event()  # the loop waits in next(): blocked on this pass's rounds
+        exchange = agreement.Exchange(name, self._timeout_s, watch=watchdog.this_process(),
+                                      blocking=waiting.is_set)
         self._passes += 1
         self._recorder.start_pass()
-        current = LoaderIterator(self, exchange, start)
+        current = LoaderIterator(self, exchange, start, waiting)
         # weakly held: a pass dropped by the loop (a `break`) is closed at once, not at exit
         self._current = weakref.ref(current)
         return current
@@ -169,14 +182,23 @@ class Loader:
         exchanges the numbers, so every process must call it at the same point.
 
         Example:
-          >>> for batch in loader: ...
-          >>> print(loader.stats(all_processes=True))
+          >>> import grain
+          >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
+          ...                             global_batch_size=16)
+          >>> for batch in loader:
+          ...     pass                                      # the training step
+          >>> loader.stats().steps
+          4
+          >>> summary = loader.stats(all_processes=True)    # every process calls it
+          >>> summary.slowest, summary.process_count
+          (0, 1)
         """
         mine = dataclasses.replace(self._stats)
         if not all_processes:
             return mine
-        self._summaries += 1
-        return gather(mine, f"{self._id}.stats.{self._summaries}", self._timeout_s)
+        name = whereabouts.CREATED.new(f"loader/{self.name}/stats",
+                                       f"stats of loader {self.name!r} (call {{ordinal}})")
+        return gather(mine, name, self._timeout_s)
 
     def records(self, *, all_processes: bool = False, clear: bool = False) -> list[dict]:
         """Per step handed out, the values of the ``record=`` feature each loading group
@@ -189,16 +211,26 @@ class Loader:
         ``clear=True`` forgets the steps returned, to log them in chunks.
 
         Example:
-          >>> loader = jaxload.from_grain(ds, layout, global_batch_size=64, record="id")
-          >>> for step, batch in enumerate(loader): ...
+          >>> import grain
+          >>> ds = grain.MapDataset.range(64).map(lambda i: {"id": np.int32(i)})
+          >>> loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=16,
+          ...                             record="id")
+          >>> for batch in loader:
+          ...     pass
           >>> loader.records(all_processes=True)[-1]
-          {'pass': 0, 'step': 15, 'ids': {0: [960, 962, ...], 1: [961, 963, ...]}}
+          {'pass': 0, 'step': 3, 'ids': {0: [48, 49, 50, ..., 63]}}
+
+          With two loading groups (two processes), each step's ids are keyed ``0`` and ``1``.
         """
         if self._recorder.feature is None:
             raise ValueError("this loader records nothing; build it with record='<feature>' "
                              "(e.g. record='id') to get records()")
         mine = self._recorder.steps(clear=clear)
-        return gather_records(mine, self.plan, self._timeout_s) if all_processes else mine
+        if not all_processes:
+            return mine
+        name = whereabouts.CREATED.new(f"loader/{self.name}/records",
+                                       f"records of loader {self.name!r} (call {{ordinal}})")
+        return gather_records(mine, self.plan, self._timeout_s, name)
 
     def get_state(self) -> dict:
         """The position after the last batch handed out, as a JSON-serializable dict.
@@ -211,8 +243,15 @@ class Loader:
         :mod:`jaxload.state`).
 
         Example:
+          >>> import grain, json
+          >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
+          ...                             global_batch_size=16)
+          >>> batches = iter(loader)
+          >>> first, second = next(batches), next(batches)
           >>> state = loader.get_state()
-          >>> json.dump(state, open(f"ckpt/loader_{jax.process_index()}.json", "w"))
+          >>> state["step"], state["rows"]
+          (2, 32)
+          >>> text = json.dumps(state)       # e.g. next to this process's model checkpoint
         """
         return states.describe(self._backend, self.plan, self.remainder, self._elastic,
                                self._position)
@@ -228,7 +267,23 @@ class Loader:
         remainder mode, dataset length or fingerprint is refused, naming both values.
 
         Example:
-          >>> loader.set_state(json.load(open("ckpt/loader_0.json")))
+          >>> import grain
+          >>> ds = grain.MapDataset.range(64)
+          >>> loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=16)
+          >>> batches = iter(loader)
+          >>> first, second = next(batches), next(batches)
+          >>> state = loader.get_state()
+          >>> fresh = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=16)
+          >>> fresh.set_state(state)
+          >>> print(np.asarray(next(iter(fresh)))[:4])     # the same plan: exactly where it stood
+          [32 33 34 35]
+
+          Another plan (here a larger global batch) continues at the state's global row:
+
+          >>> bigger = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=32)
+          >>> bigger.set_state(state)
+          >>> print(np.asarray(next(iter(bigger)))[[0, -1]])
+          [32 63]
         """
         self._resume = states.resume_point(state, self.get_state(), self._not_resumable,
                                            self._elastic)
@@ -240,7 +295,17 @@ class Loader:
         as ``process_<i>-of-<n>.json`` in ``directory``.
 
         Example:
+          >>> import grain, os, tempfile
+          >>> import orbax.checkpoint as ocp
+          >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
+          ...                             global_batch_size=16)
+          >>> batches = iter(loader)
+          >>> first = next(batches)
+          >>> path = tempfile.mkdtemp() + "/step_1"
+          >>> params = {"w": np.ones(3, np.float32)}
           >>> ocp.v1.save_checkpointables(path, {"params": params, "loader": loader})
+          >>> os.listdir(os.path.join(path, "loader"))
+          ['process_0-of-1.json']
         """
         from jaxload import checkpoint
 
@@ -251,7 +316,18 @@ class Loader:
         process's, or on another process count the lowest-numbered process's).
 
         Example:
-          >>> ocp.v1.load_checkpointables(path, {"params": abstract_params, "loader": loader})
+          >>> import grain, tempfile
+          >>> import orbax.checkpoint as ocp
+          >>> ds, layout = grain.MapDataset.range(64), jaxload.data_parallel()
+          >>> loader = jaxload.from_grain(ds, layout, global_batch_size=16)
+          >>> batches = iter(loader)
+          >>> first = next(batches)
+          >>> path = tempfile.mkdtemp() + "/step_1"
+          >>> ocp.v1.save_checkpointables(path, {"loader": loader})
+          >>> fresh = jaxload.from_grain(ds, layout, global_batch_size=16)
+          >>> restored = ocp.v1.load_checkpointables(path, {"loader": fresh})
+          >>> print(np.asarray(next(iter(fresh)))[:4])
+          [16 17 18 19]
         """
         from jaxload import checkpoint
 
@@ -262,15 +338,22 @@ class LoaderIterator:
     """One pass of a :class:`Loader`: an iterator of global batches with :meth:`close`.
 
     Example:
-      >>> with iter(loader) as batches:
-      ...     for step, batch in zip(range(100), batches):
-      ...         state = train_step(state, batch)
+      >>> import grain
+      >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
+      ...                             global_batch_size=16)
+      >>> with iter(loader) as batches:       # one pass; stopped after 2 steps
+      ...     for step, batch in zip(range(2), batches):
+      ...         print(step, np.asarray(batch)[:3])
+      0 [0 1 2]
+      1 [16 17 18]
       >>> # leaving the block closed the pass: the other processes end it too
     """
 
-    def __init__(self, loader: Loader, exchange: agreement.Exchange, start: dict):
+    def __init__(self, loader: Loader, exchange: agreement.Exchange, start: dict,
+                 waiting: threading.Event | None = None):
         self._loader = loader
         self._exchange = exchange
+        self._waiting = waiting or threading.Event()
         failure = self._failure = [None]  # shared with the pass, which must not hold self
         self._start = start
         dog = self._watchdog = watchdog.this_process()
@@ -307,6 +390,7 @@ class LoaderIterator:
         if interruption is not None:  # a peer failed (or this pipeline is stuck): no RPC here
             self.close()
             raise interruption
+        self._waiting.set()
         try:
             handout = next(self._items)
         except StopIteration:
@@ -316,6 +400,8 @@ class LoaderIterator:
         except BaseException:
             self._ended()  # the pass reported the failure itself
             raise
+        finally:
+            self._waiting.clear()
         batch = self._handed_out(handout)
         loader._recorder.handed_out(handout.step)
         now = time.perf_counter()
@@ -336,11 +422,12 @@ class LoaderIterator:
                 batch = self._resharded(handout)
         if handout.checks:
             with timed(loader._stats, "check"):
+                at = f"{loader.name}.pass{self._exchange.name.ordinal}.step{handout.step}"
                 try:
                     if handout.checks == "plan+batch":
                         check.plan(loader.layout, loader.plan.global_batch_size,
-                                   timeout_s=loader._timeout_s)
-                    check.batch(batch, timeout_s=loader._timeout_s)
+                                   timeout_s=loader._timeout_s, name=at)
+                    check.batch(batch, timeout_s=loader._timeout_s, name=at)
                 except Exception:
                     # a check is an exchange of its own: its verdict, or a process's failure
                     # to compute it, reached every process already

@@ -28,10 +28,9 @@ def context_mesh() -> Mesh | None:
     mesh = get_mesh() if get_mesh is not None else None
     if isinstance(mesh, Mesh) and mesh.axis_names:
         return mesh
-    from jax._src import mesh as mesh_lib  # `with mesh:` (the older context), where supported
+    from jaxload._src import compat
 
-    physical = getattr(getattr(mesh_lib, "thread_resources", None), "env", None)
-    physical = getattr(physical, "physical_mesh", None)
+    physical = compat.thread_mesh()  # `with mesh:` (the older context), where supported
     return physical if isinstance(physical, Mesh) and physical.axis_names else None
 
 

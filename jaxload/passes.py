@@ -140,7 +140,11 @@ class Source:
     how many there are (``protocol.INFINITE``: no end), as adapters return them.
 
     Example:
+      >>> import itertools
+      >>> batches = [{"x": np.zeros((4, 2))}, {"x": np.ones((4, 2))}]   # per-process batches
       >>> source = Source(zip(batches, itertools.count(1)), length=len(batches))
+      >>> [position for batch, position in source], source.length
+      ([1, 2], 2)
     """
 
     def __init__(self, batches, length: int | None = None):
@@ -219,7 +223,8 @@ class Pass:
             return decision.to_json(), decision.final and decision.template_from is None
 
         with timed(self._stats, "agree"):
-            decision = Decision.from_json(self._round(report, decide))
+            decision = Decision.from_json(self._round(report, decide),
+                                          self._exchange.decision_key, 0)
             if decision.mismatch:
                 self._raise_mismatch(decision)
             if decision.template_from is not None:

@@ -20,6 +20,8 @@ import dataclasses
 import json
 from typing import Any
 
+from jaxload import wire
+
 MAX_WINDOW = 16  # steps read ahead and agreed on in one round when lengths are unknown
 MAX_KNOWN_WINDOW = 256  # steps between rounds when every process knows its length
 WINDOW_BYTES = 256 * 2**20  # per-process batches read ahead for one round, at most
@@ -35,8 +37,9 @@ class _Compact:
         return json.dumps(fields, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str):
-        return cls(**json.loads(text))
+    def from_json(cls, text: str, key: str = "a report", writer: int | str = "another process"):
+        """Parses ``text``, read from ``key`` (written by ``writer``), checking every field."""
+        return wire.fields_of(cls, text, key=key, writer=writer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +120,7 @@ def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,
     Example:
       >>> decide({0: Report(ready=2, digest="ab"), 1: Report(ready=1, digest="ab")},
       ...        step=0, window=2, pad=False)
-      Decision(count=1, more=False, window=1, total=None, error=None, stopped=None, \
+      Decision(count=1, more=False, window=4, total=None, error=None, stopped=None, \
 mismatch=None, template_from=None, template=None)
     """
     failed = {p: r for p, r in reports.items() if r.error is not None}
@@ -180,7 +183,9 @@ def mismatch_error(step: int, signatures: dict[int, str], groups: dict[str, list
 
 
 def parse(reports: dict[int, str]) -> dict[int, Report]:
-    return {p: Report.from_json(r) for p, r in reports.items()}
+    """Each process's report, its fields checked (a malformed one names its key and writer)."""
+    key_of = getattr(reports, "key_of", lambda p: f"the report of process {p}")
+    return {p: Report.from_json(r, key_of(p), p) for p, r in reports.items()}
 
 
 def as_jsonable(value: Any) -> Any:

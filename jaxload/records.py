@@ -16,18 +16,16 @@ exchange. The other processes get their own group's list back without waiting.
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 from typing import Any
 
 import numpy as np
 
-from jaxload import agreement
+from jaxload import agreement, wire
+from jaxload.whereabouts import Name
 
 PyTree = Any
-
-_gathers = itertools.count()  # records(all_processes=True) calls, in the same order everywhere
 
 
 def check_record(record: str | None) -> str | None:
@@ -99,12 +97,12 @@ class Recorder:
         return done
 
 
-def gather(mine: list[dict], plan: Any, timeout_s: float) -> list[dict]:
+def gather(mine: list[dict], plan: Any, timeout_s: float, name: Name) -> list[dict]:
     """Every group's ids per step on process 0 (this group's elsewhere); see the module doc."""
     transport = agreement.this_process_transport()
     if transport is None or plan.shard_count == 1:  # process 0's group has them all
         return mine
-    key = f"jaxload/records/{next(_gathers)}"
+    key = name.prefix
     me = transport.process_index
     if plan.loading_groups[plan.shard_index][0] == me:
         transport.set(f"{key}/{plan.shard_index}", json.dumps(mine))
@@ -112,13 +110,20 @@ def gather(mine: list[dict], plan: Any, timeout_s: float) -> list[dict]:
         return mine
     merged = [dict(entry, ids={}) for entry in mine]
     for group in range(plan.shard_count):
+        writer = plan.loading_groups[group][0]
         try:
-            theirs = json.loads(transport.get(f"{key}/{group}", timeout_s))
+            text = transport.get(f"{key}/{group}", timeout_s)
         except Exception as e:
             raise agreement.PeerTimeoutError(
                 f"process 0 waited {timeout_s:g} s for loading group {group}'s records (from "
                 f"process {plan.loading_groups[group][0]}); every process must call "
                 "records(all_processes=True) at the same point") from e
+        theirs = wire.loads(text, key=f"{key}/{group}", writer=writer)
+        if not (isinstance(theirs, list) and all(
+                isinstance(e, dict) and isinstance(e.get("ids"), dict) for e in theirs)):
+            raise wire.MalformedValueError(
+                f"malformed value in '{key}/{group}' written by process {writer}: not a list of "
+                f"steps with their ids: {text[:200]!r}")
         if len(theirs) != len(merged):
             raise RuntimeError(f"loading group {group} recorded {len(theirs)} steps, process 0 "
                                f"{len(merged)}; call records() at the same point everywhere")

@@ -34,6 +34,12 @@ PyTree = Any
 DROP = "drop"
 PAD = "pad"
 REMAINDER_MODES = (DROP, PAD)
+"""The values of the loaders' ``remainder=`` option: ``"drop"`` (the default) and ``"pad"``.
+
+Example:
+  >>> jaxload.REMAINDER_MODES
+  ('drop', 'pad')
+"""
 MASK = "mask"
 
 
@@ -138,10 +144,19 @@ def unpad(tree: PyTree, mask: Any) -> PyTree:
     ``jax.Array``s, or arrays gathered with ``jax.experimental.multihost_utils.process_allgather``.
 
     Example:
-      >>> loader = jaxload.from_grain(ds, layout, global_batch_size=64, remainder="pad")
-      >>> for batch in loader:
-      ...     logits = process_allgather(predict(params, batch))
-      ...     kept = jaxload.unpad(logits, process_allgather(batch["mask"]))
+      >>> import grain
+      >>> ds = grain.MapDataset.range(20).map(lambda i: {"id": np.int32(i)})
+      >>> loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=16,
+      ...                             remainder="pad")
+      >>> last = list(loader)[-1]                  # rows 16-19, then 12 rows of padding
+      >>> jaxload.unpad(last["id"], last["mask"])
+      array([16, 17, 18, 19], dtype=int32)
+
+      With several processes a batch is not fully addressable; gather what you keep first:
+
+      >>> from jax.experimental.multihost_utils import process_allgather
+      >>> jaxload.unpad(process_allgather(last["id"]), process_allgather(last["mask"]))
+      array([16, 17, 18, 19], dtype=int32)
     """
     keep = np.asarray(mask).astype(bool)
     return jax.tree_util.tree_map(lambda a: np.asarray(a)[keep], tree)

@@ -27,11 +27,21 @@ masked-in rows), and with ``"drop"`` no element twice: only the new run's last i
 missing, as in any epoch.
 
 Example:
-  >>> state = loader.get_state()            # on any process of a 2-process run, global batch 64
+  A state taken after 2 steps of global batch 16 continues under another plan (global batch 32,
+  or another process count) at row 32 of ``ds``:
+
+  >>> import grain
+  >>> ds, layout = grain.MapDataset.range(128), jaxload.data_parallel()
+  >>> loader = jaxload.from_grain(ds, layout, global_batch_size=16)
+  >>> batches = iter(loader)
+  >>> first, second = next(batches), next(batches)
+  >>> state = loader.get_state()            # the same global row on every process
   >>> state["rows"]
-  384
-  >>> bigger = jaxload.from_grain(ds, layout, global_batch_size=96)   # on 4 processes
-  >>> bigger.set_state(state)               # continues at row 384 of ds
+  32
+  >>> bigger = jaxload.from_grain(ds, layout, global_batch_size=32)
+  >>> bigger.set_state(state)
+  >>> print(np.asarray(next(iter(bigger)))[[0, -1]])
+  [32 63]
 """
 
 from __future__ import annotations
@@ -71,8 +81,13 @@ class Elastic:
         continued even so (e.g. a sampler whose order depends on the number of shards).
 
     Example:
-      >>> Elastic(from_row=lambda rows: batches(ds[rows:][k::K]), length=len(ds))
-      >>> Elastic(why_not="with shard=False the split over loading groups is yours ...")
+      >>> elastic = Elastic(why_not="with shard=False the split over loading groups is yours")
+      >>> elastic.from_row is None, elastic.length
+      (True, None)
+      >>> Elastic()
+      Traceback (most recent call last):
+      ...
+      ValueError: Elastic needs from_row, or why_not saying why the pipeline cannot start at a global row
     """
 
     from_row: Callable[[int], LocalBatches] | None = None

@@ -16,7 +16,8 @@ import threading
 import time
 from collections.abc import Iterator
 
-from jaxload import agreement
+from jaxload import agreement, wire
+from jaxload.whereabouts import Name
 
 _PARTS = ("wait", "backend", "agree", "assemble", "check")
 _lock = threading.Lock()
@@ -43,10 +44,17 @@ class Stats:
         steps, or one per 256 where every process knows its pipeline's length.
 
     Example:
-      >>> for batch in loader: ...
-      >>> print(loader.stats())
-      process 0: 12 steps, wait 0.31 ms/step, backend 4.1, agree 0.2, assemble 0.9, check 0.5
-      ms/step; 1.9 batches ready on average; 412.5 MB/s
+      >>> import grain
+      >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
+      ...                             global_batch_size=16)
+      >>> for batch in loader:
+      ...     pass                                      # the training step
+      >>> stats = loader.stats()
+      >>> stats.steps, stats.ms_per_step("backend") >= 0
+      (4, True)
+      >>> print(stats)                                  # with this run's numbers
+      process 0: 4 steps, wait ... ms/step, backend ..., agree ..., assemble ..., check ...
+      ms/step; ... batches ready on average; ... MB/s
     """
 
     process_index: int
@@ -101,9 +109,18 @@ class StatsSummary:
     process 0, and elsewhere this process's and the slowest's (sorted by process index).
 
     Example:
-      >>> summary = loader.stats(all_processes=True)   # on every process
-      >>> summary.slowest, summary.of(summary.slowest).ms_per_step("backend")
-      (1, 9.8)
+      >>> import grain
+      >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
+      ...                             global_batch_size=16)
+      >>> for batch in loader:
+      ...     pass
+      >>> summary = loader.stats(all_processes=True)   # on every process, at the same point
+      >>> summary.slowest, summary.process_count, summary.of(summary.slowest).steps
+      (0, 1, 4)
+      >>> print(summary)                                # with this run's numbers
+      process  steps     wait ms  backend ms    agree ms assemble ms    check ms  ready     MB/s
+            0      4 ...
+      slowest: process 0 (... ms/step in its pipeline, ... assembling)
     """
 
     per_process: tuple[Stats, ...]
@@ -137,19 +154,25 @@ def _production_ms(s: Stats) -> float:
     return s.ms_per_step("backend") + s.ms_per_step("assemble")
 
 
-def gather(stats: Stats, name: str, timeout_s: float) -> StatsSummary:
+def gather(stats: Stats, name: Name, timeout_s: float) -> StatsSummary:
     """Every process's ``stats`` summarized (a collective: every process calls it at the same
     point). The leader reads all; the others get back the slowest's numbers only."""
     gathered: dict[int, Stats] = {}
 
     def decide(reports: dict[int, str]) -> tuple[str, bool]:
-        gathered.update({p: Stats(**json.loads(r)) for p, r in reports.items()})
+        key_of = getattr(reports, "key_of", str)
+        gathered.update({p: wire.fields_of(Stats, r, key=key_of(p), writer=p)
+                         for p, r in reports.items()})
         slowest = max(gathered.values(), key=_production_ms)
         return json.dumps({"slowest": dataclasses.asdict(slowest), "count": len(gathered)}), True
 
-    verdict = json.loads(agreement.gather_once(name, json.dumps(dataclasses.asdict(stats)),
-                                               decide, timeout_s))
-    slowest = Stats(**verdict["slowest"])
+    text = agreement.gather_once(name, json.dumps(dataclasses.asdict(stats)), decide, timeout_s)
+    key = f"{name.prefix}/0/decision"
+    verdict = wire.loads(text, key=key, writer=0)
+    if not isinstance(verdict, dict) or not isinstance(verdict.get("count"), int):
+        raise wire.MalformedValueError(f"malformed value in {key!r} written by process 0: "
+                                       f"{text[:200]!r}")
+    slowest = wire.fields_of(Stats, json.dumps(verdict.get("slowest")), key=key, writer=0)
     known = gathered or {stats.process_index: stats, slowest.process_index: slowest}
     return StatsSummary(tuple(known[p] for p in sorted(known)), slowest.process_index,
                         verdict["count"])

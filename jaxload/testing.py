@@ -6,11 +6,23 @@ without ``jax.distributed``). Every run has a timeout; if a process fails or the
 all processes are killed and the error shows the tail of each process's output.
 
 Example:
-  >>> def shapes():
+  In a file (``fn`` must be a module-level function of a file each process can load again; not
+  run here, where the examples run in one process and define their functions in none):
+
+  >>> import jaxload.testing
+  >>> def where_am_i():
   ...     import jax
   ...     return jax.process_index(), jax.local_device_count(), jax.device_count()
-  >>> jaxload.testing.run(shapes, num_processes=2, local_devices=4)
+  >>> jaxload.testing.run(where_am_i, num_processes=2, local_devices=4)  # doctest: +SKIP
   [(0, 4, 8), (1, 4, 8)]
+
+  A script needs no file of its own (``python -c``), and here no JAX either:
+
+  >>> outputs = jaxload.testing.run_script(
+  ...     ["-c", "import os; print(os.environ['JAXLOAD_PROCESS_ID'])"],
+  ...     num_processes=2, local_devices=4)
+  >>> [out.strip() for out in outputs]
+  ['0', '1']
 """
 
 from __future__ import annotations
@@ -33,7 +45,16 @@ _TAIL_LINES = 30
 
 
 class ProcessesFailed(RuntimeError):
-    """A multi-process run failed or timed out. ``logs`` holds each process's full output."""
+    """A multi-process run failed or timed out. ``logs`` holds each process's full output.
+
+    Example:
+      >>> try:
+      ...     jaxload.testing.run_script(["-c", "print('bye'); raise SystemExit(3)"],
+      ...                                num_processes=1, local_devices=1)
+      ... except jaxload.testing.ProcessesFailed as e:
+      ...     print(e.returncodes, [log.strip() for log in e.logs])
+      [3] ['bye']
+    """
 
     def __init__(self, message: str, returncodes: list[int | None], logs: list[str],
                  ended_at: list[float | None] | None = None):
@@ -59,6 +80,16 @@ def run_script(
     processes; without it they run on until they exit or the timeout passes, to see how they
     react to the failure. ``heartbeat_timeout_s`` is passed to ``jax.distributed.initialize``:
     how soon the cluster notices a dead process (JAX's default: 100 s).
+
+    Example:
+      Each process sees the cluster in its environment, which :func:`initialize` reads (this
+      script does not start JAX):
+
+      >>> script = ("import os; e = os.environ; "
+      ...           "print(e['JAXLOAD_PROCESS_ID'], 'of', e['JAXLOAD_NUM_PROCESSES'], e['JAX_PLATFORMS'])")
+      >>> outputs = jaxload.testing.run_script(["-c", script], num_processes=2, local_devices=4)
+      >>> [out.strip() for out in outputs]
+      ['0 of 2 cpu', '1 of 2 cpu']
     """
     return _launch(lambda rank: [sys.executable, *argv], num_processes, local_devices, timeout_s,
                    fail_fast, heartbeat_timeout_s)
@@ -76,6 +107,16 @@ def run(
 
     ``fn`` must be a module-level function of an importable file (it is loaded again, by path, in
     each process) and its result picklable. JAX is set up before ``fn`` runs.
+
+    Example:
+      In a test file (not run here: the examples run in one process, and a function defined in
+      an example lives in no file the processes could load):
+
+      >>> def where_am_i():
+      ...     import jax
+      ...     return jax.process_index(), jax.local_device_count(), jax.device_count()
+      >>> jaxload.testing.run(where_am_i, num_processes=2, local_devices=4)  # doctest: +SKIP
+      [(0, 4, 8), (1, 4, 8)]
     """
     source = Path(sys.modules[fn.__module__].__file__).resolve()
     with tempfile.TemporaryDirectory(prefix="jaxload-run-") as tmp:
@@ -104,6 +145,15 @@ def launch(
     The command-line ``jaxload launch``. Returns 0 when every process succeeded; otherwise the
     others are killed, the last lines of every process are printed again, and the failing
     process's exit code is returned (124 on timeout, 128 + N for a signal N).
+
+    Example:
+      >>> import io, sys
+      >>> out = io.StringIO()
+      >>> jaxload.testing.launch([sys.executable, "-c", "print('hello')"], num_processes=2,
+      ...                        local_devices=4, out=out)
+      0
+      >>> sorted(out.getvalue().splitlines())     # the processes' lines interleave
+      ['[0] hello', '[1] hello']
     """
     out = out or sys.stdout
     _check_cluster(num_processes, local_devices)

@@ -59,8 +59,10 @@ class CoordinationTransport:
     """The coordination service's key-value store, through this process's client.
 
     Example:
-      >>> transport = CoordinationTransport.of_this_process()   # after jax.distributed.initialize
-      >>> transport.set("jaxload/example", "hello")
+      Not run here: it needs ``jax.distributed.initialize()`` (a multi-process run).
+
+      >>> transport = CoordinationTransport.of_this_process()   # doctest: +SKIP
+      >>> transport.set("jaxload/example", "hello")               # doctest: +SKIP
     """
 
     def __init__(self, client, process_index: int, process_count: int):
@@ -72,9 +74,10 @@ class CoordinationTransport:
     @classmethod
     def of_this_process(cls) -> CoordinationTransport:
         import jax
-        from jax._src import distributed  # the public API has no accessor for the client
 
-        client = distributed.global_state.client
+        from jaxload._src import compat
+
+        client = compat.distributed_client()  # the public API has no accessor for it
         if client is None:
             raise RuntimeError(
                 "jaxload needs jax.distributed.initialize() in multi-process runs "

@@ -64,7 +64,22 @@ _STACK_LINES = 40
 
 class PipelineStuckError(TimeoutError):
     """This process's pipeline produced no batch within its time limit; the message holds the
-    stack of the thread it is stuck in."""
+    stack of the thread it is stuck in.
+
+    The limit is the loader's ``timeout_s`` per batch (the first batch of a pass: 3 x
+    ``timeout_s``). The other processes raise :class:`~jaxload.PeerFailedError` naming it.
+
+    Example:
+      >>> import grain
+      >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
+      ...                             global_batch_size=16, timeout_s=60)
+      >>> try:
+      ...     steps = sum(1 for batch in loader)
+      ... except jaxload.PipelineStuckError as e:    # no batch within 60 s: e has the stack
+      ...     print(e)
+      >>> steps
+      4
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +218,13 @@ class Watchdog:
         if failure.process != self.process_index:
             return PeerFailedError(failure.text)
         return None
+
+    def out_of_step(self, exchange: str, error: BaseException) -> None:
+        """Tells every process that the processes are out of step (found while waiting in
+        ``exchange``): a failure of the whole process, so that every pass of every process
+        raises, whichever exchange it waits in."""
+        self.publish(Failure(self.process_index, "agreeing", None,
+                             f"{type(error).__name__}: {error}"), error)
 
     def publish(self, failure: Failure, error: BaseException | None = None) -> bool:
         """Tells every process of this process's ``failure`` (caused by ``error``) at once;

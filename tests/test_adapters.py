@@ -76,6 +76,7 @@ def test_grain_string_feature_is_refused(layout):
         next(iter(jaxload.from_grain(ds, layout, global_batch_size=8)))
 
 
+@pytest.mark.cluster
 def test_import_needs_neither_backend():
     code = "import sys, jaxload; print(sorted({'tensorflow', 'grain'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -81,26 +81,31 @@ def outcomes():
     return jaxload.testing.run(scenarios, num_processes=2, local_devices=2, timeout_s=180)
 
 
+@pytest.mark.cluster
 def test_uneven_pipelines_stop_together_at_the_shortest(outcomes):
     assert [o["uneven_steps"][0] for o in outcomes] == [5, 5]  # 40 // 8 local rows
 
 
+@pytest.mark.cluster
 def test_a_long_epoch_runs_every_step(outcomes):
     assert [o["long"][0] for o in outcomes] == [150, 150]
 
 
+@pytest.mark.cluster
 def test_breaking_early_on_every_process_leaves_nothing_waiting(outcomes):
     for o in outcomes:
         steps, elapsed = o["after_break"]
         assert steps == 8 and elapsed < 10
 
 
+@pytest.mark.cluster
 def test_breaking_early_with_load_once_leaves_no_collective_waiting(outcomes):
     for o in outcomes:
         steps, elapsed = o["after_break_load_once"]
         assert steps == 8 and elapsed < 10
 
 
+@pytest.mark.cluster
 def test_a_failing_process_stops_the_others_with_its_error(outcomes):
     own, _ = outcomes[1]["failing"]
     assert own.startswith("ValueError: corrupt record 21")
@@ -110,6 +115,7 @@ def test_a_failing_process_stops_the_others_with_its_error(outcomes):
     assert elapsed < 30  # well inside timeout_s=60: the failure was announced, not timed out
 
 
+@pytest.mark.cluster
 def test_batches_that_differ_between_processes_are_reported(outcomes):
     for result, _ in (o["mismatch"] for o in outcomes):
         assert result.startswith("ValueError: at step 0 the processes' batches differ")
@@ -117,6 +123,7 @@ def test_batches_that_differ_between_processes_are_reported(outcomes):
         assert "processes [1]: batch['x']:float32[3]" in result
 
 
+@pytest.mark.cluster
 def test_a_process_that_stops_iterating_is_named_within_the_timeout(outcomes):
     result, elapsed = outcomes[0]["absent_peer"]
     assert result.startswith("PeerTimeoutError: process 0 waited for the other processes at step 0")
@@ -134,6 +141,7 @@ def test_a_process_that_stops_iterating_is_named_within_the_timeout(outcomes):
          "Terminating process because the JAX distributed service detected fatal errors",
          "the coordinator (process 0) did not answer|another task died"]),
 ])
+@pytest.mark.cluster
 def test_a_killed_process_ends_the_survivor_with_a_readable_error(victim, messages):
     script = str(Path(__file__).parent / "scripts" / "lose_a_peer.py")
     start = time.monotonic()

@@ -52,6 +52,7 @@ def replication_scenarios(layout_name: str):
     }
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("topology,layout_name", [((4, 2), "across_processes"),
                                                   ((2, 4), "in_process")])
 def test_replication(topology, layout_name):
@@ -88,6 +89,7 @@ def distinct_scenarios():
     }
 
 
+@pytest.mark.cluster
 def test_distinct():
     outcomes = jaxload.testing.run(distinct_scenarios, num_processes=2, local_devices=4,
                                    timeout_s=180)
@@ -109,6 +111,7 @@ def plan_scenarios():
     }
 
 
+@pytest.mark.cluster
 def test_plan():
     outcomes = jaxload.testing.run(plan_scenarios, num_processes=4, local_devices=2, timeout_s=120)
     for o in outcomes:

@@ -7,6 +7,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 import jaxload
 from jaxload import cli
 
@@ -18,6 +20,7 @@ def jaxload_command(*args: str, timeout: float = 120) -> subprocess.CompletedPro
                           text=True, timeout=timeout)
 
 
+@pytest.mark.cluster
 def test_plan_of_the_guides_cross_process_example(tmp_path):
     svg = tmp_path / "plan.svg"
     done = jaxload_command("plan", "--processes", "4", "--local-devices", "2", "--layout",
@@ -60,6 +63,7 @@ def test_a_large_simulated_topology_is_summarised():
     assert "... and 508 more processes" in text
 
 
+@pytest.mark.cluster
 def test_launch_runs_every_process_with_prefixed_output():
     done = jaxload_command("launch", "-n", "2", "--local-devices", "4", "--", "python",
                            str(SCRIPT))
@@ -68,6 +72,7 @@ def test_launch_runs_every_process_with_prefixed_output():
     assert "[1] hello from 1 of 2, 4 local devices" in done.stdout
 
 
+@pytest.mark.cluster
 def test_launch_propagates_a_failing_process():
     done = jaxload_command("launch", "-n", "2", "--local-devices", "4", "--", "python",
                            str(SCRIPT), "--fail")
@@ -95,6 +100,7 @@ def test_plan_with_a_feature_spec_shows_and_draws_the_columns(tmp_path, capsys):
         capsys.readouterr().err
 
 
+@pytest.mark.cluster
 def test_under_launch_nothing_listens_beyond_loopback():
     """The coordination service (JAX binds it to every interface by default, unauthenticated)
     and gloo's sockets listen on 127.0.0.1 only under jaxload launch."""

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import jaxload.testing
 from jaxload.cluster import cpu_client_threads, process_env
 
 SCRIPT = Path(__file__).parent / "scripts" / "dispatch_ahead.py"
 
 
+@pytest.mark.cluster
 def test_steps_dispatched_far_ahead_complete():
     logs = jaxload.testing.run_script([str(SCRIPT), "400"], num_processes=2, local_devices=4,
                                       timeout_s=120)

@@ -175,6 +175,7 @@ def chain(tmp_path_factory) -> dict:
     return runs
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_a_chain_of_topologies_continues_at_the_global_row(chain, case):
     order, origin, everything, previous = global_order(case), 0, [], None
@@ -343,6 +344,7 @@ def test_orbax_restore_names_what_changed(tmp_path):
         jaxload.checkpoint.CheckpointSave([])
 
 
+@pytest.mark.cluster
 def test_import_jaxload_does_not_import_orbax():
     import subprocess
     import sys

@@ -65,6 +65,7 @@ def topology_results():
     ids=[f"{t[0]}x{t[1]}-{s[0]}-{s[1]}-{s[2]}el-gbs{s[3]}" + (f"-by-{s[4]}" if s[4:] else "")
          for t, scenarios in SCENARIOS.items() for s in scenarios],
 )
+@pytest.mark.cluster
 def test_epoch_placement(topology_results, topology, index):
     _, layout, num_elements, global_batch_size, *shard_by = SCENARIOS[topology][index]
     results = topology_results(topology)[index]

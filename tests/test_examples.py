@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
@@ -17,6 +19,7 @@ def run_example(name: str) -> str:
     return done.stdout
 
 
+@pytest.mark.cluster
 def test_demo_prints_placement_of_every_layout():
     out = run_example("demo.py")
     assert "model_replicas_across_processes(2)   mesh replica=4 x model=2" in out
@@ -24,12 +27,14 @@ def test_demo_prints_placement_of_every_layout():
     assert "process 1: loading group 1 of 2, loads 8 rows = global rows 8-15" in out
 
 
+@pytest.mark.cluster
 def test_uneven_example():
     out = run_example("uneven.py")
     assert "process 1: pipeline of  40 elements ->  5 steps,  40 real rows delivered" in out
     assert "process 0: pipeline of 100 elements -> 13 steps, 100 real rows delivered" in out
 
 
+@pytest.mark.cluster
 def test_checks_example_catches_both_mistakes_on_every_process():
     out = run_example("checks.py")
     assert "across, 4 processes x 2 devices: 4 of 4 processes raised" in out
@@ -38,6 +43,7 @@ def test_checks_example_catches_both_mistakes_on_every_process():
     assert "DuplicationError: different rows of the batch hold identical data" in out
 
 
+@pytest.mark.cluster
 def test_quick_reference_under_launch():
     done = subprocess.run([sys.executable, "-m", "jaxload", "launch", "-n", "2", "--local-devices",
                            "4", "--", "python", str(EXAMPLES / "quick_reference.py")],
@@ -49,6 +55,7 @@ def test_quick_reference_under_launch():
     assert "[1] device 2048: rows 64-79, samples [1, 3, 5, 7]..." in done.stdout
 
 
+@pytest.mark.cluster
 def test_training_loop_loss_goes_down():
     done = subprocess.run([sys.executable, "-m", "jaxload", "launch", "-n", "2", "--local-devices",
                            "4", "--", "python", str(EXAMPLES / "train.py")],
@@ -67,6 +74,7 @@ def launch_example(name: str, processes: int, devices: int, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.cluster
 def test_layout_examples():
     out = launch_example("tf_data_parallel.py", 2, 4)
     assert "[1] device 2048: elements [1, 3]" in out and "[0] 6 steps per epoch" in out
@@ -78,6 +86,7 @@ def test_layout_examples():
     assert "[3] process 3: loading group 1 (1, 3), device rows {6144: [1, 3], 6145: [5, 7]}" in out
 
 
+@pytest.mark.cluster
 def test_sharding_guide_quick():
     done = subprocess.run([sys.executable, str(EXAMPLES / "sharding_guide.py"), "--quick"],
                           capture_output=True, text=True, timeout=300)
@@ -86,6 +95,7 @@ def test_sharding_guide_quick():
     assert "| 1 x 1 | data=1 | P('data',) | 64 | 64 | 0.75 |" in done.stdout
 
 
+@pytest.mark.cluster
 def test_resume_example_continues_with_the_same_batches(tmp_path):
     out = launch_example("resume.py", 2, 4, str(tmp_path))
     for p in (0, 1):
@@ -93,6 +103,7 @@ def test_resume_example_continues_with_the_same_batches(tmp_path):
     assert (tmp_path / "step_6" / "loader_1.json").exists()
 
 
+@pytest.mark.cluster
 def test_elastic_resume_example_continues_on_4_processes_what_2_saved(tmp_path):
     out = launch_example("elastic_resume.py", 2, 4, "A", str(tmp_path))
     assert "[1] process 1 of 2: 5 steps of 64 rows, saved at global row 320 (step 5)" in out
@@ -105,6 +116,7 @@ def test_elastic_resume_example_continues_on_4_processes_what_2_saved(tmp_path):
 
 
 
+@pytest.mark.cluster
 def test_tf_data_service_example():
     out = run_example("tf_data_service.py")
     # the step count depends on how the service splits the epoch's last batches (7 to 9)
@@ -115,6 +127,7 @@ def test_tf_data_service_example():
     assert "both   0; every element delivered once: True" in line
 
 
+@pytest.mark.cluster
 def test_context_parallel_example_under_launch():
     done = subprocess.run([sys.executable, "-m", "jaxload", "launch", "-n", "2", "--local-devices",
                            "4", "--", "python", str(EXAMPLES / "context_parallel.py")],

@@ -76,6 +76,7 @@ CASES = [
 ]
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("backend,n,d,fault,named", CASES,
                          ids=[f"{c[0]}-{c[1]}x{c[2]}-{c[3]}" for c in CASES])
 def test_an_exception_on_one_process_ends_every_process_naming_it(backend, n, d, fault, named):
@@ -89,6 +90,7 @@ def test_an_exception_on_one_process_ends_every_process_naming_it(backend, n, d,
         assert f"jaxload: {named[0]}" in logs[1], logs[1][-3000:]
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("backend,n,d", [("grain", 2, 2), ("tf", 2, 2), ("grain", 4, 2)])
 def test_a_stuck_pipeline_ends_every_process_with_its_stack(backend, n, d):
     timeout, grace = 4.0, 3.0
@@ -101,6 +103,7 @@ def test_a_stuck_pipeline_ends_every_process_with_its_stack(backend, n, d):
                  "stuck: no batch after 4 s", "Stack of thread", where)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("shutdown", [False, True])
 def test_a_healthy_run_ends_normally(shutdown):
     """No fault: every process finishes and exits 0 at once, also when the program calls
@@ -113,6 +116,7 @@ def test_a_healthy_run_ends_normally(shutdown):
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.cluster
 def test_a_killed_process_ends_the_group_under_jaxload_launch():
     start = time.monotonic()
     result = subprocess.run(
@@ -125,6 +129,7 @@ def test_a_killed_process_ends_the_group_under_jaxload_launch():
     assert elapsed < 30 + 15, elapsed  # 15 s of start-up on this machine
 
 
+@pytest.mark.cluster
 def test_a_killed_process_is_named_by_the_heartbeat_set_in_jaxload_initialize():
     """With jaxload.initialize(heartbeat_timeout_s=10) JAX's coordination service declares the
     killed process dead after 10 s and ends the other, naming it. (JAX's default of 100 s is

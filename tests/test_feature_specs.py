@@ -135,6 +135,7 @@ def expected_value(key: str, ids: np.ndarray, index) -> np.ndarray:
             + np.arange(*rest[1])[None, :])
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("topology", list(SCENARIOS))
 def test_every_device_holds_its_rows_and_columns(topology):
     processes, local = topology

@@ -57,6 +57,7 @@ def scenarios(worker_count: int):
     return out
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("worker_count", [0, 2])
 def test_data_loader_across_processes(worker_count):
     results = jaxload.testing.run(scenarios, num_processes=4, local_devices=2,
@@ -114,6 +115,7 @@ def mp_prefetch_resume():
     return [ids_of(next(it)) for _ in range(2)], expected
 
 
+@pytest.mark.cluster
 def test_iter_dataset_with_mp_prefetch_workers_resumes():
     for got, expected in jaxload.testing.run(mp_prefetch_resume, num_processes=2,
                                              local_devices=4, timeout_s=300):

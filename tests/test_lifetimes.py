@@ -84,19 +84,23 @@ def stores():
     return jaxload.testing.run(lifetimes, num_processes=2, local_devices=2, timeout_s=240)
 
 
+@pytest.mark.cluster
 def test_passes_leave_nothing_in_the_store(stores):
     for o in stores:
         assert o["passes0"] == (100, 51, []) and o["passes2"] == (100, 51, [])
 
 
+@pytest.mark.cluster
 def test_checks_stats_and_tokens_leave_nothing(stores):
     assert all(o["checks"] == [] for o in stores)
 
 
+@pytest.mark.cluster
 def test_early_breaks_and_closes_leave_nothing(stores):
     assert all(o["break0"] == [] and o["break2"] == [] for o in stores)
 
 
+@pytest.mark.cluster
 def test_a_failed_pass_leaves_nothing(stores):
     own, seen = stores[1]["raised"][0], stores[0]["raised"][0]
     assert own.startswith("ValueError: corrupt record 41")
@@ -169,6 +173,7 @@ def failures(stage: str):
     return outcome(consume)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("stage", ["assembling", "padding", "resharding", "checking"])
 def test_a_failure_in_any_stage_reaches_every_process_with_its_cause(stage):
     (own, _), (seen, elapsed) = jaxload.testing.run(
@@ -179,6 +184,7 @@ def test_a_failure_in_any_stage_reaches_every_process_with_its_cause(stage):
     assert elapsed < 30  # well inside timeout_s=60: announced, not timed out
 
 
+@pytest.mark.cluster
 def test_a_failure_that_cannot_be_reported_raises_the_processes_own_error():
     (own, _), (seen, _) = jaxload.testing.run(
         failures, num_processes=2, local_devices=2, args=("unreported",), timeout_s=120)[::-1]

@@ -45,6 +45,7 @@ def held_ids(step: dict) -> dict[int, int]:
     return ids
 
 
+@pytest.mark.cluster
 def test_records_name_the_ids_each_loading_group_contributed():
     per_process = jaxload.testing.run(record_passes, num_processes=4, local_devices=2,
                                       args=(SCENARIOS,), timeout_s=300)

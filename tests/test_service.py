@@ -78,6 +78,7 @@ def results(service):
     return [[r[i] for r in per_process] for i in range(len(SCENARIOS))]
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("index", range(len(SCENARIOS)),
                          ids=[f"2x4-{s[0]}-{s[3]}" for s in SCENARIOS])
 def test_service_epoch(results, index):
@@ -102,6 +103,7 @@ def test_service_epoch(results, index):
             assert loaded[0] | loaded[1] == set(seen)
 
 
+@pytest.mark.cluster
 def test_service_loader_cannot_resume(results):
     for r in results[0]:
         assert "tf.data service loader cannot resume" in r["refused"]

@@ -61,6 +61,7 @@ def expected_reads(start: int, stop: int, gbs: int) -> int:
     return sum(max(0, min(stop, c) - start) for c in chunks)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("topology", list(SCENARIOS))
 def test_small_and_uneven_global_batches_are_padded(topology):
     processes, local = topology

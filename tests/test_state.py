@@ -48,6 +48,7 @@ def resume(cases):
     return out
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("topology", sorted({c[0] for c in CASES}))
 def test_resume_gives_the_same_next_batches(topology):
     cases = [c[1:] for c in CASES if c[0] == topology]

@@ -32,6 +32,7 @@ def slow_on_one_process(slow_process: int, delay_s: float):
                 per_process={s.process_index: s.as_dict() for s in summary.per_process})
 
 
+@pytest.mark.cluster
 def test_summary_names_the_slow_process():
     results = jaxload.testing.run(slow_on_one_process, num_processes=2, local_devices=4,
                                   args=(1, 0.02), timeout_s=120)

@@ -67,6 +67,7 @@ def runs():
     ids=[f"{t[0]}x{t[1]}-{s[0]}-{s[1]}-{s[2][0]}vs{s[2][1]}-{s[4]}"
          for t, ss in SCENARIOS.items() for s in ss],
 )
+@pytest.mark.cluster
 def test_uneven_groups(runs, topology, index):
     _, _, lengths, gbs, mode = SCENARIOS[topology][index]
     results = runs(topology)[index]

@@ -161,6 +161,7 @@ CASES = [
 ]
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("topology,backend,layout,axis_type,context", CASES,
                          ids=[f"{t[0]}x{t[1]}-{b}-{name}-{a}-{'set_mesh' if c else 'mesh='}"
                               for t, b, name, a, c in CASES])

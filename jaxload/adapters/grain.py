@@ -10,7 +10,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxload import check
+from jaxload import check, whereabouts
+from jaxload._src import compat
 from jaxload.adapters.stack import stack_elements
 from jaxload.layouts import Layout, Plan
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
@@ -33,6 +34,7 @@ def from_grain(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_failure: str = "exit",
     exit_grace_s: float = DEFAULT_EXIT_GRACE_S,
+    name: str | None = None,
     load_once: bool = False,
     record: str | None = None,
     read_options: Any = None,
@@ -74,8 +76,13 @@ def from_grain(
         how long its pipeline may take to produce one batch (the first batch of a pass:
         3 x ``timeout_s``) before the pipeline counts as stuck, a failure that names the
         stack it is stuck in.
-      on_failure, exit_grace_s: what each process does when a pass fails on any process:
-        ``"exit"`` (default) or ``"raise"``; see :class:`~jaxload.Loader`.
+      on_failure: what each process does when a pass fails on any process: ``"exit"``
+        (default) or ``"raise"``; see :class:`~jaxload.Loader`.
+      exit_grace_s: with ``on_failure="exit"``, the seconds after which a process still running
+        once it learned of the failure ends (it may be inside a collective that never completes).
+      name: names the loader's exchanges between processes, the same on every process (by
+        default the line of the program that built it); give loaders built on one line (in a
+        loop or a helper) names of their own.
       load_once: ``True`` to load each row on one process only and reach the layout's
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
@@ -92,6 +99,7 @@ def from_grain(
 
 
     Example:
+      >>> import grain
       >>> ds = grain.MapDataset.range(1024).map(lambda i: {"x": np.float32(i)})
       >>> loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=128)
       >>> next(iter(loader))["x"].shape
@@ -105,6 +113,7 @@ def from_grain(
 
     check_options(remainder, checks, prefetch)
     check_on_failure(on_failure, exit_grace_s)
+    whereabouts.check_name(name)
     if read_options is not None and not isinstance(read_options, grain.ReadOptions):
         raise TypeError(f"read_options must be a grain.ReadOptions or None, got "
                         f"{type(read_options).__name__}: {read_options!r:.100}")
@@ -143,7 +152,7 @@ def from_grain(
         return Loader(_data_loader_batches(ds, plan, 0), layout, plan,
                       backend="grain.DataLoader", remainder=remainder, checks=checks,
                       prefetch=prefetch, timeout_s=timeout_s, on_failure=on_failure,
-                      exit_grace_s=exit_grace_s, record=record,
+                      exit_grace_s=exit_grace_s, name=name, record=record,
                       elastic=_data_loader_elastic(ds, plan, shard))
     else:
         raise TypeError(
@@ -152,7 +161,7 @@ def from_grain(
         )
     return Loader(local_batches, layout, plan, backend="grain", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s, on_failure=on_failure,
-                  exit_grace_s=exit_grace_s, record=record, elastic=elastic)
+                  exit_grace_s=exit_grace_s, name=name, record=record, elastic=elastic)
 
 
 _NOT_ELASTIC = {
@@ -197,8 +206,12 @@ def fingerprint(ds: Any) -> str | None:
     None if an element cannot be read here; Python objects count by their type only.
 
     Example:
-      >>> fingerprint(grain.MapDataset.range(10).shuffle(seed=1))
-      '3f1c...'
+      >>> import grain
+      >>> ds = grain.MapDataset.range(10)
+      >>> fingerprint(ds.shuffle(seed=1)) != fingerprint(ds.shuffle(seed=2))
+      True
+      >>> len(fingerprint(ds))
+      16
     """
     digest = hashlib.sha256()
     for index in sorted({0, len(ds) // 2, len(ds) - 1} if len(ds) else ()):
@@ -278,12 +291,9 @@ def _no_threads():
 def _batched_by_index(ds: Any, rows: int, remainder: str) -> Any:
     """``ds.batch(rows)`` on the MapDataset (jaxload's aligned stacking), or None where Grain
     cannot batch it by index (after a ``filter`` or ``flat_map``, which drop elements)."""
-    try:
-        return ds.batch(rows, drop_remainder=remainder == DROP, batch_fn=stack_elements)
-    except ValueError as e:
-        if "filter" in str(e) or "FlatMap" in str(e):
-            return None
-        raise
+    if compat.drops_elements(ds):
+        return None
+    return ds.batch(rows, drop_remainder=remainder == DROP, batch_fn=stack_elements)
 
 
 def _indexed_batches(batches: Any):
@@ -310,7 +320,7 @@ def _next_batch(position: dict | None) -> int:
 
 def _source_length(loader: Any) -> int | None:
     try:
-        return len(loader._data_source)
+        return len(compat.data_loader_source(loader))
     except TypeError:
         return None
 
@@ -335,9 +345,28 @@ def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainde
     processes different data. Pass the same ``load_once`` as to :func:`from_grain`.
 
     Example:
+      A ``grain.DataLoader`` that shards by loading group and batches this process's rows:
+
+      >>> import grain
+      >>> layout = jaxload.data_parallel()
+      >>> plan = layout.plan(global_batch_size=64)
+      >>> source = grain.sources.RangeDataSource(0, 1000, 1)
       >>> sampler = grain.samplers.IndexSampler(
       ...     num_records=len(source), num_epochs=1, shuffle=True, seed=0,
-      ...     shard_options=jaxload.grain_shard_options(layout, global_batch_size=256))
+      ...     shard_options=jaxload.grain_shard_options(layout, global_batch_size=64))
+      >>> data_loader = grain.DataLoader(
+      ...     data_source=source, sampler=sampler, worker_count=0,
+      ...     operations=[grain.transforms.Batch(plan.local_batch_size, drop_remainder=True)])
+      >>> loader = jaxload.from_grain(data_loader, layout, global_batch_size=64)
+      >>> next(iter(loader)).shape
+      (64,)
+
+      With model replicas across processes, processes 0 and 2 of 4 share a loading group:
+
+      >>> devices = jaxload.simulated_devices(4, 2)
+      >>> across = jaxload.model_replicas_across_processes(2, devices=devices)
+      >>> jaxload.grain_shard_options(across, global_batch_size=16)   # process 0's
+      ShardOptions(shard_index=0, shard_count=2, drop_remainder=True)
     """
     import grain
 
@@ -351,7 +380,7 @@ def check_data_loader(loader: Any, plan: Plan) -> None:
     ``plan.local_batch_size`` rows; a ValueError names both values otherwise."""
     import grain
 
-    options = getattr(loader, "_shard_options", None) or loader._sampler._shard_options
+    options = compat.data_loader_shard_options(loader)
     if (options.shard_index, options.shard_count) != (plan.shard_index, plan.shard_count):
         raise ValueError(
             f"the grain.DataLoader shards by shard_index={options.shard_index}, shard_count="
@@ -361,7 +390,8 @@ def check_data_loader(loader: Any, plan: Plan) -> None:
             "wrong once a model replica spans processes); pass "
             "shard_options=jaxload.grain_shard_options(layout, global_batch_size) to the sampler."
         )
-    batches = [op for op in loader._operations if isinstance(op, grain.transforms.Batch)]
+    batches = [op for op in compat.data_loader_operations(loader)
+               if isinstance(op, grain.transforms.Batch)]
     if not batches or batches[-1].batch_size != plan.local_batch_size:
         found = f"batch_size={batches[-1].batch_size}" if batches else "no Batch operation"
         raise ValueError(

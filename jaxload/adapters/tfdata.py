@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from jaxload import agreement
+from jaxload import agreement, whereabouts
 from jaxload.assemble import leaf_name
 from jaxload.layouts import Layout
 from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
@@ -17,7 +17,6 @@ from jaxload.remainder import DROP, check_padded_options, padded_batch_size, row
 from jaxload.state import Elastic, why_not_sliceable
 from jaxload.watchdog import DEFAULT_EXIT_GRACE_S, check_on_failure
 
-_service_loaders = itertools.count()  # created in the same order on every process
 # Batches a process requests from the service ahead of its reads. The service gives each batch
 # to whichever process asks first, so a process that read far ahead would take the others'
 # share; with few requests in flight the processes, which read in lockstep, get even shares.
@@ -37,6 +36,7 @@ def from_tf_data(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_failure: str = "exit",
     exit_grace_s: float = DEFAULT_EXIT_GRACE_S,
+    name: str | None = None,
     load_once: bool = False,
     record: str | None = None,
     service: str | None = None,
@@ -73,8 +73,13 @@ def from_tf_data(
         how long its pipeline may take to produce one batch (the first batch of a pass:
         3 x ``timeout_s``) before the pipeline counts as stuck, a failure that names the
         stack it is stuck in.
-      on_failure, exit_grace_s: what each process does when a pass fails on any process:
-        ``"exit"`` (default) or ``"raise"``; see :class:`~jaxload.Loader`.
+      on_failure: what each process does when a pass fails on any process: ``"exit"``
+        (default) or ``"raise"``; see :class:`~jaxload.Loader`.
+      exit_grace_s: with ``on_failure="exit"``, the seconds after which a process still running
+        once it learned of the failure ends (it may be inside a collective that never completes).
+      name: names the loader's exchanges between processes, the same on every process (by
+        default the line of the program that built it); give loaders built on one line (in a
+        loop or a helper) names of their own.
       load_once: ``True`` to load each row on one process only and reach the layout's
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
@@ -91,6 +96,7 @@ def from_tf_data(
         loader notes on the host, per loading group: see :meth:`jaxload.Loader.records`.
 
     Example:
+      >>> import tensorflow as tf
       >>> ds = tf.data.Dataset.range(1024).map(lambda i: {"x": tf.cast(i, tf.float32)})
       >>> loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=128)
       >>> next(iter(loader))["x"].shape
@@ -106,6 +112,7 @@ def from_tf_data(
         raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
     check_options(remainder, checks, prefetch)
     check_on_failure(on_failure, exit_grace_s)
+    whereabouts.check_name(name)
     physical = padded_batch_size(layout, global_batch_size, remainder)
     plan = loading_plan(layout, physical, load_once or service is not None)
     if physical != global_batch_size:
@@ -114,10 +121,11 @@ def from_tf_data(
         _check_service_options(service, shard, batched)
     _check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
     if service is not None:
-        return Loader(_service_batches(ds, service, plan.local_batch_size, remainder, timeout_s),
+        return Loader(_service_batches(ds, service, plan.local_batch_size, remainder, timeout_s,
+                                       name),
                       layout, plan, backend="tf.data service", remainder=remainder, checks=checks,
                       prefetch=prefetch, timeout_s=timeout_s, on_failure=on_failure,
-                      exit_grace_s=exit_grace_s,
+                      exit_grace_s=exit_grace_s, name=name,
                       not_resumable="the tf.data service hands out elements in no fixed order, so "
                       "no position names the elements still to come; to resume (also on another "
                       "topology), load without service=", record=record)
@@ -147,7 +155,7 @@ def from_tf_data(
                       length=length if length >= 0 else None, rows_per_step=global_batch_size)
     return Loader(from_row(0), layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s, on_failure=on_failure,
-                  exit_grace_s=exit_grace_s, record=record, elastic=elastic)
+                  exit_grace_s=exit_grace_s, name=name, record=record, elastic=elastic)
 
 
 def _from_row(ds: Any, start: int, plan: Any, shard: bool, global_batch_size: int) -> Any:
@@ -186,7 +194,8 @@ def _length(ds: Any) -> int | None:
     return n if n >= 0 else None
 
 
-def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s: float):
+def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s: float,
+                     name: str | None):
     """Per-process batches from a tf.data service job that all processes share, one per pass.
 
     The job name must be the same on every process and new for every pass (a finished job of
@@ -194,7 +203,7 @@ def _service_batches(ds: Any, service: str, rows: int, remainder: str, timeout_s
     """
     import tensorflow as tf
 
-    run = agreement.shared_token(f"tfdata-service/{next(_service_loaders)}", timeout_s)
+    run = agreement.shared_token(whereabouts.one_off("tfdata-service", name), timeout_s)
     passes = itertools.count()
     # batching on the workers: one RPC per batch, not per element
     batched = ds.batch(rows, drop_remainder=remainder == DROP)

@@ -1,0 +1,60 @@
+"""Every private attribute of JAX and Grain that jaxload reads (jaxload/_src/compat.py) exists
+in the installed versions: an upgrade that removes one fails here, naming it."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+from jaxload._src import compat
+
+
+def test_every_private_read_is_listed_and_has_a_test():
+    tested = {name for name, _ in compat.PRIVATE}
+    assert tested == {"distributed_client", "thread_mesh", "data_loader_source",
+                      "data_loader_shard_options", "data_loader_operations", "drops_elements"}
+
+
+def test_jax_private_attributes_exist():
+    from jax._src import distributed
+    from jax._src import mesh as mesh_lib
+
+    assert hasattr(distributed, "global_state"), "jax._src.distributed.global_state is gone"
+    assert hasattr(distributed.global_state, "client"), (
+        "jax._src.distributed.global_state.client is gone: transport.py cannot reach the "
+        "coordination service")
+    assert compat.distributed_client() is None  # no jax.distributed.initialize in this process
+    if hasattr(mesh_lib, "thread_resources"):  # the older `with mesh:` context
+        assert hasattr(mesh_lib.thread_resources.env, "physical_mesh"), (
+            "jax._src.mesh.thread_resources.env.physical_mesh is gone")
+        mesh = jax.make_mesh((8,), ("data",))
+        with mesh:
+            assert compat.thread_mesh() == mesh
+
+
+def test_grain_data_loader_private_attributes_exist():
+    grain = pytest.importorskip("grain")
+    source = list(range(16))
+    options = grain.sharding.ShardOptions(shard_index=1, shard_count=2, drop_remainder=True)
+    sampler = grain.samplers.IndexSampler(len(source), options, shuffle=False, num_epochs=1)
+    loader = grain.DataLoader(data_source=source, sampler=sampler,
+                              operations=[grain.transforms.Batch(4)], shard_options=options)
+    for name, read in [("_data_source", compat.data_loader_source),
+                       ("_shard_options", compat.data_loader_shard_options),
+                       ("_operations", compat.data_loader_operations)]:
+        try:
+            read(loader)
+        except AttributeError as e:
+            pytest.fail(f"grain.DataLoader.{name} is gone ({e}): adapters/grain.py cannot "
+                        "check or resume a DataLoader")
+    assert compat.data_loader_source(loader) is source
+    assert compat.data_loader_shard_options(loader).shard_index == 1
+    assert [op.batch_size for op in compat.data_loader_operations(loader)] == [4]
+
+
+def test_grain_datasets_that_drop_elements_are_found_in_the_parents_graph():
+    grain = pytest.importorskip("grain")
+    ds = grain.MapDataset.range(10)
+    assert not compat.drops_elements(ds.map(lambda x: x).shuffle(seed=1))
+    assert compat.drops_elements(ds.filter(lambda x: x % 2).map(lambda x: x))
+    assert not compat.drops_elements(ds.map(lambda x: x).batch(2))
