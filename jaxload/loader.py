@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxload import agreement, check, watchdog, whereabouts
 from jaxload import state as states
@@ -36,7 +37,7 @@ from jaxload.passes import Handout, Pass
 from jaxload.prefetch import closer, prefetched
 from jaxload.records import Recorder
 from jaxload.records import gather as gather_records
-from jaxload.remainder import DROP, check_remainder
+from jaxload.remainder import DROP, MASK, PAD, check_paddable, check_remainder
 from jaxload.stats import Stats, StatsSummary, gather, timed
 
 PyTree = Any
@@ -100,6 +101,7 @@ class Loader:
         on_failure: str = "exit",
         exit_grace_s: float = watchdog.DEFAULT_EXIT_GRACE_S,
         name: str | None = None,
+        spec: Callable[[], PyTree] | None = None,
     ):
         """``local_batches(position)`` starts a pass at a backend position (None: the start) and
         yields this process's numpy batches, each with the backend position after it (JSON).
@@ -134,6 +136,8 @@ class Loader:
         self._not_resumable = not_resumable
         self._elastic = elastic
         self.name = whereabouts.loader_name(name)
+        self._spec = spec
+        self._local_spec: tuple[Any, list[tuple[tuple[int, ...], Any]]] | None = None
         self._passes = 0
         self._stats = Stats(jax.process_index())
         # where the current (or next) pass stands: step, origin (the global row its pipeline
@@ -199,6 +203,64 @@ class Loader:
         name = whereabouts.CREATED.new(f"loader/{self.name}/stats",
                                        f"stats of loader {self.name!r} (call {{ordinal}})")
         return gather(mine, name, self._timeout_s)
+
+    def batch_spec(self, step: int | None = None) -> PyTree:
+        """The global batch at ``step`` (the next one by default) as a pytree of
+        ``jax.ShapeDtypeStruct(shape, dtype, sharding=...)``, before any data is handed out,
+        including ``"mask"`` under ``remainder="pad"``: to compile the training step ahead of
+        time. Every step of a loader has the same spec.
+
+        It comes from the pipeline's element spec (tf.data), or from its first batch, read once
+        from a fresh iterator (Grain): the loader's position does not move. No exchange with
+        the other processes.
+
+        Example:
+          >>> import grain
+          >>> ds = grain.MapDataset.range(64).map(lambda i: {"x": np.full(3, i, np.float32)})
+          >>> loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=16)
+          >>> spec = loader.batch_spec()
+          >>> spec["x"].shape, spec["x"].dtype, spec["x"].sharding.spec
+          ((16, 3), dtype('float32'), P('data',))
+          >>> step = jax.jit(lambda batch: batch["x"].sum()).lower(spec).compile()
+          >>> float(step(next(iter(loader))))
+          360.0
+        """
+        if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+            raise ValueError(f"step={step!r} must be None (the next step) or an int >= 0")
+        if self._local_spec is None:
+            self._local_spec = self._read_local_spec()
+        treedef, leaves = self._local_spec
+        rows = self.plan.global_batch_size
+        tree = jax.tree_util.tree_unflatten(
+            treedef, [jax.ShapeDtypeStruct((rows, *shape), dtype) for shape, dtype in leaves])
+        return jax.tree_util.tree_map(
+            lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
+            tree, self.layout.shardings(tree))
+
+    def _read_local_spec(self) -> tuple[Any, list[tuple[tuple[int, ...], Any]]]:
+        """A per-process batch's structure and each leaf's feature shape and dtype, with the
+        ``mask`` of ``remainder="pad"``."""
+        if self._spec is not None:
+            local = self._spec()
+        else:
+            batches = iter(self._local_batches(None))
+            first = next(batches, None)
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+            if first is None:
+                raise ValueError("the pipeline is empty: no batch to take the batch spec from")
+            local = first[0]
+        if self.remainder == PAD:
+            check_paddable(local)
+            local = {**local, MASK: jax.ShapeDtypeStruct((self.plan.local_batch_size,), bool)}
+        leaves, treedef = jax.tree_util.tree_flatten(local)
+        shapes = []
+        for leaf in leaves:
+            if not hasattr(leaf, "dtype"):
+                leaf = np.asarray(leaf)
+            shapes.append((tuple(np.shape(leaf))[1:], np.dtype(leaf.dtype)))
+        return treedef, shapes
 
     def records(self, *, all_processes: bool = False, clear: bool = False) -> list[dict]:
         """Per step handed out, the values of the ``record=`` feature each loading group

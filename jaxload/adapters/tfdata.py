@@ -120,12 +120,15 @@ def from_tf_data(
     if service is not None:
         _check_service_options(service, shard, batched)
     _check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
+
+    def spec():  # a per-process batch's leaves, from the element spec (no data read)
+        return _batch_spec(ds.element_spec, plan.local_batch_size, batched)
     if service is not None:
         return Loader(_service_batches(ds, service, plan.local_batch_size, remainder, timeout_s,
                                        name),
                       layout, plan, backend="tf.data service", remainder=remainder, checks=checks,
                       prefetch=prefetch, timeout_s=timeout_s, on_failure=on_failure,
-                      exit_grace_s=exit_grace_s, name=name,
+                      exit_grace_s=exit_grace_s, name=name, spec=spec,
                       not_resumable="the tf.data service hands out elements in no fixed order, so "
                       "no position names the elements still to come; to resume (also on another "
                       "topology), load without service=", record=record)
@@ -155,7 +158,8 @@ def from_tf_data(
                       length=length if length >= 0 else None, rows_per_step=global_batch_size)
     return Loader(from_row(0), layout, plan, backend="tf.data", remainder=remainder,
                   checks=checks, prefetch=prefetch, timeout_s=timeout_s, on_failure=on_failure,
-                  exit_grace_s=exit_grace_s, name=name, record=record, elastic=elastic)
+                  exit_grace_s=exit_grace_s, name=name, record=record, elastic=elastic,
+                  spec=spec)
 
 
 def _from_row(ds: Any, start: int, plan: Any, shard: bool, global_batch_size: int) -> Any:
@@ -228,6 +232,13 @@ def _check_service_options(service: Any, shard: bool, batched: bool) -> None:
     if batched:
         raise ValueError("service= batches on the service's workers; pass the unbatched dataset "
                          "(batched=False)")
+
+
+def _batch_spec(element_spec: Any, rows: int, batched: bool) -> Any:
+    """A per-process batch of ``rows`` rows as ``jax.ShapeDtypeStruct`` leaves."""
+    return jax.tree_util.tree_map(
+        lambda s: jax.ShapeDtypeStruct((rows, *(s.shape[1:] if batched else s.shape)),
+                                       s.dtype.as_numpy_dtype), element_spec)
 
 
 def _check_element_spec(element_spec: Any, batch_rows: int | None, remainder: str) -> None:
