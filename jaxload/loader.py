@@ -484,7 +484,9 @@ class LoaderIterator:
                 batch = self._resharded(handout)
         if handout.checks:
             with timed(loader._stats, "check"):
-                at = f"{loader.name}.pass{self._exchange.name.ordinal}.step{handout.step}"
+                # one series per pass (its checks are counted in it): what this process
+                # remembers of the exchanges it created stays one entry per pass
+                at = f"{loader.name}.pass{self._exchange.name.ordinal}"
                 try:
                     if handout.checks == "plan+batch":
                         check.plan(loader.layout, loader.plan.global_batch_size,
