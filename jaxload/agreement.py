@@ -202,9 +202,8 @@ class Exchange:
                 return None
             if t.process_index == LEADER:
                 self._wait(f"{key}/all", r)
-                reports = Reports(f"{key}/p", t.dir_get(f"{key}/p"))
                 try:
-                    decision, final = decide(reports)
+                    decision, final = decide(Reports(f"{key}/p", t.dir_get(f"{key}/p")))
                 except Exception as e:  # e.g. a malformed report: every process learns why
                     t.set(f"{key}/decision", _FAILED + f"{type(e).__name__}: {e}")
                     raise

@@ -179,3 +179,15 @@ def test_a_malformed_decision_names_its_key():
     results, _, _ = run_processes(2, work)
     assert isinstance(results[1], wire.MalformedValueError)
     assert "'jaxload/x/0/0/decision' written by process 0" in str(results[1])
+
+
+def test_a_foreign_key_among_the_reports_is_named_on_every_process():
+    def work(t):
+        if t.process_index == 1:
+            t.set("jaxload/x/0/0/p/intruder", "{}")
+        return Exchange("x", timeout_s=30, transport=t).round(Report().to_json(), first)
+
+    results, _, _ = run_processes(2, work)
+    assert isinstance(results[0], wire.MalformedValueError)
+    assert "'jaxload/x/0/0/p/intruder'" in str(results[0])
+    assert isinstance(results[1], PeerFailedError) and "intruder" in str(results[1])
