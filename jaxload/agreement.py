@@ -28,9 +28,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from jaxload import whereabouts
+from jaxload import whereabouts, wire
 from jaxload.transport import (
     CoordinationTransport,
     Transport,
@@ -42,6 +42,7 @@ from jaxload.whereabouts import ranges as _ranges
 from jaxload.wire import MalformedValueError
 
 LEADER = 0
+T = TypeVar("T")
 
 
 class PeerTimeoutError(RuntimeError):
@@ -109,29 +110,32 @@ def this_process_transport() -> Transport | None:
     return _transport[0]
 
 
-# decide(reports by process index) -> (decision text, whether it ends the exchange)
 _FINAL, _GOES_ON, _FAILED = "F", "C", "E"  # the first character of a published decision
-Decide = Callable[[dict[int, str]], tuple[str, bool]]
 
 
 class Reports(dict):
-    """A round's reports by process index, read from the keys under ``prefix`` (which a
-    malformed report's error names, with :meth:`key_of`)."""
+    """A round's reports by process index, read from the ``(key, value)`` entries under
+    ``prefix`` (``<prefix>/<process>``)."""
 
-    def __init__(self, prefix: str, entries: list[tuple[str, str]] | dict[int, str] = ()):
+    def __init__(self, prefix: str, entries: list[tuple[str, str]]):
         super().__init__()
         self.prefix = prefix
-        items = entries.items() if isinstance(entries, dict) else entries
-        for k, v in items:
-            process = k if isinstance(k, int) else k.rsplit("/", 1)[1]
-            if isinstance(process, str) and not process.isdigit():
+        for k, v in entries:
+            process = k.rsplit("/", 1)[1]
+            if not process.isdigit():
                 raise MalformedValueError(f"unexpected key {k!r} among the reports under "
                                           f"{prefix!r} (not written by jaxload)")
             self[int(process)] = v
 
-    def key_of(self, process: int) -> str:
-        """The key process ``process``'s report was read from."""
-        return f"{self.prefix}/{process}"
+    def parsed(self, cls: type[T]) -> dict[int, T]:
+        """Each report as the dataclass ``cls``, its fields checked (:func:`jaxload.wire.fields_of`:
+        a malformed one names its key and the process that wrote it)."""
+        return {p: wire.fields_of(cls, v, key=f"{self.prefix}/{p}", writer=p)
+                for p, v in self.items()}
+
+
+# decide(reports by process index) -> (decision text, whether it ends the exchange)
+Decide = Callable[[Reports], tuple[str, bool]]
 
 
 class Exchange:
@@ -184,13 +188,14 @@ class Exchange:
         r, self._round = self._round, self._round + 1
         t = self._transport
         if t is None:  # a single process decides alone
-            decision, final = decide(Reports(f"{self.prefix}/{r}/p", {0: report}))
+            decision, final = decide(Reports(f"{self.prefix}/{r}/p",
+                                             [(f"{self.prefix}/{r}/p/0", report)]))
             self._left = final or ends
             return decision
         key = f"{self.prefix}/{r}"
         try:
             if t.process_index == LEADER and ends:
-                decision, _ = decide(Reports(f"{key}/p", {LEADER: report}))
+                decision, _ = decide(Reports(f"{key}/p", [(f"{key}/p/{LEADER}", report)]))
                 t.set(f"{key}/decision", _FINAL + decision)
                 self.leave()
                 return decision
@@ -277,9 +282,9 @@ class Exchange:
         raise error
 
     def _arrived(self, r: int) -> set[int] | None:
+        prefix = f"{self.prefix}/{r}/p"
         try:
-            return {int(k.rsplit("/", 1)[1]) for k, _ in
-                    self._transport.dir_get(f"{self.prefix}/{r}/p")}
+            return set(Reports(prefix, self._transport.dir_get(prefix)))
         except Exception:  # noqa: BLE001 - the coordinator itself may be gone
             return None
 

@@ -172,9 +172,7 @@ def _checked(kind: str, records: Callable[[], Any], verify: Callable[[dict[int, 
         failure, report = e, json.dumps({"error": f"{type(e).__name__}: {e}"})
 
     def decide(reports: dict[int, str]) -> tuple[str, bool]:
-        key_of = getattr(reports, "key_of", str)
-        parsed = {p: wire.fields_of(_Report, r, key=key_of(p), writer=p)
-                  for p, r in reports.items()}
+        parsed = reports.parsed(_Report)
         failed = sorted(p for p, r in parsed.items() if r.error is not None)
         if failed:
             error = parsed[failed[0]].error

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxload import wire
+
+if TYPE_CHECKING:
+    from jaxload.agreement import Reports
 
 MAX_WINDOW = 16  # steps read ahead and agreed on in one round when lengths are unknown
 MAX_KNOWN_WINDOW = 256  # steps between rounds when every process knows its length
@@ -182,10 +185,9 @@ def mismatch_error(step: int, signatures: dict[int, str], groups: dict[str, list
             f"batch:\n{described}")
 
 
-def parse(reports: dict[int, str]) -> dict[int, Report]:
+def parse(reports: Reports) -> dict[int, Report]:
     """Each process's report, its fields checked (a malformed one names its key and writer)."""
-    key_of = getattr(reports, "key_of", lambda p: f"the report of process {p}")
-    return {p: Report.from_json(r, key_of(p), p) for p, r in reports.items()}
+    return reports.parsed(Report)
 
 
 def as_jsonable(value: Any) -> Any:

@@ -160,9 +160,7 @@ def gather(stats: Stats, name: Name, timeout_s: float) -> StatsSummary:
     gathered: dict[int, Stats] = {}
 
     def decide(reports: dict[int, str]) -> tuple[str, bool]:
-        key_of = getattr(reports, "key_of", str)
-        gathered.update({p: wire.fields_of(Stats, r, key=key_of(p), writer=p)
-                         for p, r in reports.items()})
+        gathered.update(reports.parsed(Stats))
         slowest = max(gathered.values(), key=_production_ms)
         return json.dumps({"slowest": dataclasses.asdict(slowest), "count": len(gathered)}), True
 
@@ -172,7 +170,7 @@ def gather(stats: Stats, name: Name, timeout_s: float) -> StatsSummary:
     if not isinstance(verdict, dict) or not isinstance(verdict.get("count"), int):
         raise wire.MalformedValueError(f"malformed value in {key!r} written by process 0: "
                                        f"{text[:200]!r}")
-    slowest = wire.fields_of(Stats, json.dumps(verdict.get("slowest")), key=key, writer=0)
+    slowest = wire.from_fields(Stats, verdict.get("slowest"), text, key=key, writer=0)
     known = gathered or {stats.process_index: stats, slowest.process_index: slowest}
     return StatsSummary(tuple(known[p] for p in sorted(known)), slowest.process_index,
                         verdict["count"])

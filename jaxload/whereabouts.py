@@ -24,12 +24,14 @@ process (:mod:`jaxload.watchdog`), so all of them raise :class:`OutOfStepError` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 import threading
 from typing import NamedTuple
 
+from jaxload import wire
 from jaxload.transport import Transport
 
 SUSPECT_S = 2.0  # a wait this long posts where it waits and looks for processes out of step
@@ -137,11 +139,21 @@ def one_off(kind: str, name: str | None = None) -> Name:
 
 
 # -- where each process waits ---------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Post:
+    """That a process waits in round ``round`` of an exchange (``what`` describes it)."""
+
+    series: str
+    ordinal: int
+    round: int
+    what: str
+
+
 def post(t: Transport, name: Name, round_index: int) -> str:
     """Posts that this process waits in round ``round_index`` of ``name``; returns the key."""
     key = f"{_WAITING}/{t.process_index}/{name.series}/{name.ordinal}"
-    t.set(key, json.dumps({"series": name.series, "ordinal": name.ordinal,
-                           "round": round_index, "what": name.what}))
+    t.set(key, json.dumps(dataclasses.asdict(Post(name.series, name.ordinal, round_index,
+                                                  name.what))))
     return key
 
 
@@ -153,24 +165,19 @@ def out_of_step(t: Transport, name: Name, round_index: int, arrived: set[int] | 
     ``arrived``: the processes that reached this round (process 0 knows them; the others pass
     None and look at process 0 only, which keeps the coordinator's load O(N) per look).
     """
-    prefix = _WAITING if arrived is not None else f"{_WAITING}/0"
-    elsewhere: dict[int, dict] = {}
-    for key, value in t.dir_get(prefix):
-        process = _process_of(key)
-        post_ = _parsed(value)
-        if process is None or post_ is None or process == t.process_index:
-            continue
+    elsewhere: dict[int, Post] = {}
+    for process, waits in _others_posts(t, _WAITING if arrived is not None else f"{_WAITING}/0"):
         if arrived is not None and process in arrived:
             continue
-        if (post_["series"], post_["ordinal"]) == (name.series, name.ordinal):
+        if (waits.series, waits.ordinal) == (name.series, name.ordinal):
             continue  # it waits here too (in a later round, or from another thread)
-        if not created.has(post_["series"], post_["ordinal"]):
-            elsewhere.setdefault(process, post_)
+        if not created.has(waits.series, waits.ordinal):
+            elsewhere.setdefault(process, waits)
     if not elsewhere:
         return None
     shown = sorted(elsewhere)[:8]
-    theirs = "; ".join(f"process {p} waits in {elsewhere[p]['what']} (round "
-                       f"{elsewhere[p]['round']})" for p in shown)
+    theirs = "; ".join(f"process {p} waits in {elsewhere[p].what} (round "
+                       f"{elsewhere[p].round})" for p in shown)
     more = f" and {len(elsewhere) - len(shown)} more" if len(elsewhere) > len(shown) else ""
     return (f"the processes are out of step: process {t.process_index} waits in {name.what} "
             f"(round {round_index}) for processes that never reach it, because they wait in "
@@ -182,14 +189,12 @@ def where_others_wait(t: Transport) -> str:
     """Where the other processes wait (posted by waits longer than :data:`SUSPECT_S`), for a
     timeout's message; empty if none posted."""
     try:
-        posts = [(p, v) for p, v in ((_process_of(k), _parsed(v)) for k, v in t.dir_get(_WAITING))
-                 if p is not None and v is not None and p != t.process_index]
+        posts = sorted(_others_posts(t, _WAITING), key=lambda pair: pair[0])
     except Exception:  # noqa: BLE001 - a message must not fail
         return ""
     if not posts:
         return ""
-    shown = "; ".join(f"process {p} in {v['what']} (round {v['round']})"
-                      for p, v in sorted(posts, key=lambda x: x[0])[:8])
+    shown = "; ".join(f"process {p} in {v.what} (round {v.round})" for p, v in posts[:8])
     return f" Where the others wait: {shown}."
 
 
@@ -205,21 +210,17 @@ def ranges(indices: list[int]) -> str:
     return ", ".join(parts)
 
 
-def _process_of(key: str) -> int | None:
-    rest = key[len(_WAITING) + 1:].split("/", 1)[0]
-    return int(rest) if rest.isdigit() else None
-
-
-def _parsed(value: str) -> dict | None:
-    """A post, with its fields checked; None for a malformed one (ignored: it cannot be told
-    apart from noise, and ignoring it only delays the finding to ``timeout_s``)."""
-    try:
-        fields = json.loads(value)
-        if (isinstance(fields, dict) and isinstance(fields.get("series"), str)
-                and isinstance(fields.get("ordinal"), int)
-                and isinstance(fields.get("round"), int)
-                and isinstance(fields.get("what"), str)):
-            return fields
-    except ValueError:
-        pass
-    return None
+def _others_posts(t: Transport, prefix: str) -> list[tuple[int, Post]]:
+    """The other processes' posts under ``prefix``. A malformed one is ignored: it cannot be
+    told apart from noise, and ignoring it only delays the finding to ``timeout_s``."""
+    posts = []
+    for key, value in t.dir_get(prefix):
+        process = key[len(_WAITING) + 1:].split("/", 1)[0]
+        if not process.isdigit() or int(process) == t.process_index:
+            continue
+        try:
+            posts.append((int(process), wire.fields_of(Post, value, key=key,
+                                                       writer=int(process))))
+        except wire.MalformedValueError:
+            continue
+    return posts

@@ -55,7 +55,11 @@ def fields_of(cls: type[T], text: str, *, key: str, writer: int | str) -> T:
       ...
       jaxload.wire.MalformedValueError: malformed value in 'jaxload/p' written by process 1: ...
     """
-    value = loads(text, key=key, writer=writer)
+    return from_fields(cls, loads(text, key=key, writer=writer), text, key=key, writer=writer)
+
+
+def from_fields(cls: type[T], value: Any, text: str, *, key: str, writer: int | str) -> T:
+    """:func:`fields_of` for a value already parsed from ``text``."""
     if not isinstance(value, dict):
         raise _malformed(text, key, writer, "not a JSON object")
     hints = _hints(cls)

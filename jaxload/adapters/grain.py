@@ -80,9 +80,7 @@ def from_grain(
         (default) or ``"raise"``; see :class:`~jaxload.Loader`.
       exit_grace_s: with ``on_failure="exit"``, the seconds after which a process still running
         once it learned of the failure ends (it may be inside a collective that never completes).
-      name: names the loader's exchanges between processes, the same on every process (by
-        default the line of the program that built it); give loaders built on one line (in a
-        loop or a helper) names of their own.
+      name: names the loader's exchanges between processes; see :class:`~jaxload.Loader`.
       load_once: ``True`` to load each row on one process only and reach the layout's
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
