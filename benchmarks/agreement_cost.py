@@ -18,7 +18,7 @@ def measure():
     from jax.experimental import multihost_utils
 
     from jaxload import protocol
-    from jaxload.agreement import Exchange
+    from jaxload._src.agreement import Exchange
 
     def decide(reports):
         d = protocol.decide(protocol.parse(reports), step=0, window=16, pad=False)

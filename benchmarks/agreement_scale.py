@@ -4,8 +4,8 @@ Each simulated process is a thread with its own client of a real coordination se
 ``jax.distributed.initialize`` starts), so the coordinator handles exactly the RPCs that N
 processes would send it. Two exchanges are measured in the same run:
 
-- ``jaxload``: :class:`jaxload.agreement.Exchange` with the loader's compact reports and
-  :func:`jaxload.protocol.decide` (gather at the leader, one decision published);
+- ``jaxload``: :class:`jaxload._src.agreement.Exchange` with the loader's compact reports and
+  :func:`jaxload._src.protocol.decide` (gather at the leader, one decision published);
 - ``every-reads-all``: the previous protocol: every process sets its report (the full
   signature, ~300 bytes), waits at a barrier, and reads every report.
 
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import jaxload.testing
 from jaxload import protocol
-from jaxload.agreement import Exchange
-from jaxload.cluster import free_port
-from jaxload.transport import CoordinationTransport
+from jaxload._src.agreement import Exchange
+from jaxload._src.cluster import free_port
+from jaxload._src.transport import CoordinationTransport
 
 OLD_REPORT = ('{"steps": 16, "signature": "batch[\'image\']:float32[32, 32, 3];batch[\'label\']:'
               'int32[];batch[\'mask\']:bool[];batch[\'weights\']:float32[10]", "nbytes": 3145728, '

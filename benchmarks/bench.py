@@ -321,7 +321,7 @@ def _bandwidth(rounds: int, plan) -> dict:
     import numpy as np
 
     import jaxload
-    from jaxload.assemble import aligned_empty
+    from jaxload._src.assemble import aligned_empty
 
     out = {}
     for name, nbytes in (("3 MiB", 3 * 2**20), ("48 MiB", 48 * 2**20)):
@@ -454,7 +454,7 @@ def report(by_topology: dict[str, list[dict]], quick: bool, elapsed: float) -> s
     lines += _main_table(by_topology)
     lines += _training_table(by_topology)
     lines += ["", "## Assembly bandwidth against a numpy copy of the same bytes (per process)", "",
-              "| topology | batch | numpy copy (GB/s) | jaxload.assemble (GB/s) | ratio |",
+              "| topology | batch | numpy copy (GB/s) | jaxload._src.assemble (GB/s) | ratio |",
               "|---|---|---|---|---|"]
     for topology, results in by_topology.items():
         for size, (copy, assemble) in results[0]["bandwidth"].items():

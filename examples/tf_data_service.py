@@ -11,7 +11,7 @@ Run: ``.venv/bin/python examples/tf_data_service.py``.
 from __future__ import annotations
 
 import jaxload.testing
-from jaxload.cluster import free_port
+from jaxload._src.cluster import free_port
 
 NUM_ELEMENTS = 200
 GLOBAL_BATCH = 32

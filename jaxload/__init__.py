@@ -1,13 +1,13 @@
 """jaxload: tf.data and Grain pipelines to global jax.Array batches on multi-process JAX."""
 
 from jaxload import check
-from jaxload.adapters.grain import from_grain, grain_shard_options
-from jaxload.adapters.tfdata import from_tf_data
-from jaxload.agreement import PeerFailedError, PeerTimeoutError
-from jaxload.assemble import assemble
-from jaxload.check import DuplicationError, PlanMismatchError, ReplicationError
-from jaxload.cluster import initialize
-from jaxload.layouts import (
+from jaxload._src import exports, moved
+from jaxload._src.adapters.grain import from_grain, grain_shard_options
+from jaxload._src.adapters.tfdata import from_tf_data
+from jaxload._src.agreement import PeerFailedError, PeerTimeoutError
+from jaxload._src.assemble import assemble
+from jaxload._src.cluster import initialize
+from jaxload._src.layouts import (
     Layout,
     Plan,
     SimulatedDevice,
@@ -16,12 +16,13 @@ from jaxload.layouts import (
     model_replicas_in_process,
     simulated_devices,
 )
-from jaxload.loader import Loader, LoaderIterator
-from jaxload.remainder import REMAINDER_MODES, unpad
-from jaxload.stats import Stats, StatsSummary
-from jaxload.watchdog import PipelineStuckError
-from jaxload.whereabouts import OutOfStepError
-from jaxload.wire import MalformedValueError
+from jaxload._src.loader import Loader, LoaderIterator
+from jaxload._src.remainder import REMAINDER_MODES, unpad
+from jaxload._src.stats import Stats, StatsSummary
+from jaxload._src.watchdog import PipelineStuckError
+from jaxload._src.whereabouts import OutOfStepError
+from jaxload._src.wire import MalformedValueError
+from jaxload.check import DuplicationError, PlanMismatchError, ReplicationError
 
 __version__ = "0.1.0"
 
@@ -65,3 +66,6 @@ __all__ = (
     "simulated_devices",
     "unpad",
 )
+
+exports.claim(__name__, globals(), [n for n in __all__ if n != "check"])
+moved.install()

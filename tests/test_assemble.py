@@ -53,8 +53,8 @@ def _aliases(host: np.ndarray, array: jax.Array) -> list[bool]:
 
 
 def test_aligned_batches_reach_cpu_devices_without_a_copy():
-    from jaxload.adapters.stack import stack_elements
-    from jaxload.assemble import aligned_empty
+    from jaxload._src.adapters.stack import stack_elements
+    from jaxload._src.assemble import aligned_empty
 
     plan = jaxload.data_parallel().plan(16)
     host = aligned_empty((16, 1024), np.float32)

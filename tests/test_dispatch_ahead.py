@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import jaxload.testing
-from jaxload.cluster import cpu_client_threads, process_env
+from jaxload._src.cluster import cpu_client_threads, process_env
 
 SCRIPT = Path(__file__).parent / "scripts" / "dispatch_ahead.py"
 

@@ -110,8 +110,6 @@ def _griffe_docstrings() -> dict[str, str]:
     docs = {}
     for path in paths:
         obj = package[path]
-        if path == "assemble":  # griffe resolves the name to the submodule it shadows
-            obj = package["assemble.assemble"]
         docs[f"jaxload.{path}"] = obj.docstring.value if obj.docstring else ""
     return docs
 

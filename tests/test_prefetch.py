@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jaxload
-from jaxload.prefetch import prefetched
+from jaxload._src.prefetch import prefetched
 
 
 def prefetch_threads() -> int:

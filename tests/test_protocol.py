@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from jaxload import signature
-from jaxload.agreement import Exchange, PeerTimeoutError, gather_once
-from jaxload.protocol import (
+from jaxload._src.agreement import Exchange, PeerTimeoutError, gather_once
+from jaxload._src.protocol import (
     INFINITE,
     MAX_KNOWN_WINDOW,
     MAX_WINDOW,
@@ -20,7 +20,7 @@ from jaxload.protocol import (
     decide,
     mismatch_error,
 )
-from jaxload.transport import MemoryStore
+from jaxload._src.transport import MemoryStore
 
 
 def reports(*ready, digest="d1", **fields):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import jaxload.testing
-from jaxload.cluster import free_port
+from jaxload._src.cluster import free_port
 from placement import verify_steps
 
 # (layout, num_elements, global_batch_size, remainder, passes)

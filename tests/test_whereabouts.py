@@ -10,9 +10,9 @@ import pytest
 from test_protocol import run_processes
 
 from jaxload import protocol, whereabouts, wire
-from jaxload.agreement import Exchange, PeerFailedError, gather_once
-from jaxload.protocol import Report
-from jaxload.whereabouts import Created, OutOfStepError
+from jaxload._src.agreement import Exchange, PeerFailedError, gather_once
+from jaxload._src.protocol import Report
+from jaxload._src.whereabouts import Created, OutOfStepError
 
 
 def first(reports):

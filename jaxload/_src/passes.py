@@ -1,11 +1,11 @@
 """One pass over a loader's data: read ahead, decide, assemble (the prefetch producer).
 
-Stages, once per round of the step agreement (:mod:`jaxload.protocol`):
+Stages, once per round of the step agreement (:mod:`jaxload._src.protocol`):
 
 1. **read ahead** (:class:`ReadAhead`): this process's next batches from its pipeline,
    validated, their signature compared with the pass's first one;
-2. **decide**: a :class:`~jaxload.protocol.Report` to the leader, a
-   :class:`~jaxload.protocol.Decision` back: how many steps exist, or why the pass ends;
+2. **decide**: a :class:`~jaxload._src.protocol.Report` to the leader, a
+   :class:`~jaxload._src.protocol.Decision` back: how many steps exist, or why the pass ends;
 3. **assemble**: the agreed steps, padded where this process's data has run out, become
    global ``jax.Array`` batches, each handed on as a :class:`Handout`.
 
@@ -27,15 +27,15 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from jaxload import protocol, signature
-from jaxload.agreement import Exchange, PeerFailedError
-from jaxload.assemble import build_global, check_local_batch
-from jaxload.layouts import Plan
-from jaxload.protocol import Decision, Report
-from jaxload.records import Recorder
-from jaxload.remainder import PAD, check_paddable, pad_rows
-from jaxload.stats import Stats, timed
-from jaxload.watchdog import Failure, Watchdog, add_note
+from jaxload._src import protocol, signature
+from jaxload._src.agreement import Exchange, PeerFailedError
+from jaxload._src.assemble import build_global, check_local_batch
+from jaxload._src.layouts import Plan
+from jaxload._src.protocol import Decision, Report
+from jaxload._src.records import Recorder
+from jaxload._src.remainder import PAD, check_paddable, pad_rows
+from jaxload._src.stats import Stats, timed
+from jaxload._src.watchdog import Failure, Watchdog, add_note
 
 PyTree = Any
 

@@ -50,8 +50,8 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
-FORMAT = "jaxload.loader/2"
-_OLD_FORMATS = ("jaxload.loader/1",)  # same-plan resume only: no global row position
+FORMAT = "jaxload._src.loader/2"
+_OLD_FORMATS = ("jaxload._src.loader/1",)  # same-plan resume only: no global row position
 START = {"step": 0, "origin": 0, "position": None}
 # A loading group's pipeline: local_batches(backend position) -> (batch, position after it)...
 LocalBatches = Callable[[Any], Iterator[tuple[Any, Any]]]

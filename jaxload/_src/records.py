@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxload import agreement, wire
-from jaxload.whereabouts import Name
+from jaxload._src import agreement, wire
+from jaxload._src.whereabouts import Name
 
 PyTree = Any
 

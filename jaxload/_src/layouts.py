@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxload import meshes
+from jaxload._src import meshes
 
 Device = Any  # a jax.Device or a SimulatedDevice: anything with .id and .process_index
 RowRange = tuple[int, int]  # [start, stop) rows of a batch
@@ -137,7 +137,7 @@ class Plan:
           >>> print(plan.explain().splitlines()[1])
           global batch 16 rows = 4 per-replica batches of 4; 2 loading groups of 8 rows each
         """
-        from jaxload import explain  # presentation lives outside the arithmetic
+        from jaxload._src import explain  # presentation lives outside the arithmetic
 
         return explain.text(self, max_processes=max_processes)
 

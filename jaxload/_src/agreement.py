@@ -9,9 +9,9 @@ read every report would move O(N^2). No barrier is used: arrivals are counted wi
 atomic increment, and the last process to arrive tells the leader.
 
 Names: an exchange is named by what it belongs to (a loader's pass, a check's line in the
-program: :mod:`jaxload.whereabouts`), never by a process-wide counter, and a wait that lasts
+program: :mod:`jaxload._src.whereabouts`), never by a process-wide counter, and a wait that lasts
 looks for processes that are at other exchanges (out of step) instead of waiting out
-``timeout_s``. Every value read is parsed with its fields checked (:mod:`jaxload.wire`).
+``timeout_s``. Every value read is parsed with its fields checked (:mod:`jaxload._src.wire`).
 
 Lifetimes: everything lives under ``jaxload/<series>/<ordinal>/``. The leader deletes a round
 once every process has arrived at the next one (so all have read its decision); the last process
@@ -30,16 +30,16 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from jaxload import whereabouts, wire
-from jaxload.transport import (
+from jaxload._src import whereabouts, wire
+from jaxload._src.transport import (
     CoordinationTransport,
     Transport,
     TransportTimeout,
     TransportUnavailable,
 )
-from jaxload.whereabouts import Created, Name, OutOfStepError
-from jaxload.whereabouts import ranges as _ranges
-from jaxload.wire import MalformedValueError
+from jaxload._src.whereabouts import Created, Name, OutOfStepError
+from jaxload._src.whereabouts import ranges as _ranges
+from jaxload._src.wire import MalformedValueError
 
 LEADER = 0
 T = TypeVar("T")
@@ -84,7 +84,7 @@ class PeerFailedError(RuntimeError):
 
 
 class Watch(Protocol):
-    """What a long wait in an exchange consults (the process's :class:`~jaxload.watchdog.Watchdog`)."""
+    """What a long wait in an exchange consults (the process's :class:`~jaxload._src.watchdog.Watchdog`)."""
 
     def interruption(self, exchange: str) -> BaseException | None:
         """A failure that ends the wait (a peer's, published to this process)."""
@@ -128,7 +128,7 @@ class Reports(dict):
             self[int(process)] = v
 
     def parsed(self, cls: type[T]) -> dict[int, T]:
-        """Each report as the dataclass ``cls``, its fields checked (:func:`jaxload.wire.fields_of`:
+        """Each report as the dataclass ``cls``, its fields checked (:func:`jaxload._src.wire.fields_of`:
         a malformed one names its key and the process that wrote it)."""
         return {p: wire.fields_of(cls, v, key=f"{self.prefix}/{p}", writer=p)
                 for p, v in self.items()}
@@ -152,7 +152,7 @@ class Exchange:
     def __init__(self, name: str | Name, timeout_s: float, transport: Transport | None | str = "auto",
                  *, watch: Watch | None = None, blocking: Callable[[], bool] = lambda: True,
                  created: Created = whereabouts.CREATED):
-        """``name``: what the exchange belongs to (:mod:`jaxload.whereabouts`; a plain str
+        """``name``: what the exchange belongs to (:mod:`jaxload._src.whereabouts`; a plain str
         names a one-off series). ``watch``: consulted while a wait lasts (a peer's failure ends
         it; processes found out of step are announced). ``blocking()``: whether the program is
         blocked in this exchange's waits (a loop waiting for its next batch), so that processes
@@ -239,7 +239,7 @@ class Exchange:
 
     def _wait(self, key: str, r: int) -> str:
         """The value of ``key``, waiting up to ``timeout_s``. A wait that lasts
-        :data:`~jaxload.whereabouts.SUSPECT_S` posts where this process waits, ends on a peer's
+        :data:`~jaxload._src.whereabouts.SUSPECT_S` posts where this process waits, ends on a peer's
         failure, and looks for processes out of step with this one."""
         t = self._transport
         deadline = time.monotonic() + self._timeout_s
@@ -289,7 +289,7 @@ class Exchange:
             return None
 
     def failed(self) -> str | None:
-        """The failure a process published for this exchange (:func:`jaxload.watchdog.Watchdog.publish`),
+        """The failure a process published for this exchange (:func:`jaxload._src.watchdog.Watchdog.publish`),
         if one did (one read)."""
         return None if self._transport is None else self._transport.try_get(failure_key(self.prefix))
 

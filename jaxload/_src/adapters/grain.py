@@ -10,15 +10,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxload import check, whereabouts
-from jaxload._src import compat
-from jaxload.adapters.stack import stack_elements
-from jaxload.layouts import Layout, Plan
-from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
-from jaxload.passes import Source
-from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
-from jaxload.state import Elastic, why_not_sliceable
-from jaxload.watchdog import DEFAULT_EXIT_GRACE_S, check_on_failure
+from jaxload._src import check, compat, whereabouts
+from jaxload._src.adapters.stack import stack_elements
+from jaxload._src.layouts import Layout, Plan
+from jaxload._src.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
+from jaxload._src.passes import Source
+from jaxload._src.remainder import DROP, check_padded_options, padded_batch_size, rows_read
+from jaxload._src.state import Elastic, why_not_sliceable
+from jaxload._src.watchdog import DEFAULT_EXIT_GRACE_S, check_on_failure
 
 
 def from_grain(
@@ -64,7 +63,7 @@ def from_grain(
       remainder: ``"drop"`` (default) ends the epoch on every process at the first step some
         process cannot fill; ``"pad"`` goes on until every process is exhausted, zero-fills the
         missing rows and adds a bool ``"mask"`` feature (dict elements only). See
-        :mod:`jaxload.remainder`.
+        :mod:`jaxload._src.remainder`.
       batched: ``True`` if ``ds`` already yields per-process batches of
         ``plan.local_batch_size`` rows; a batch with another leading dim is refused before any
         device work. With ``shard=True`` whole batches are then dealt out to the loading groups.
@@ -105,7 +104,7 @@ def from_grain(
 
     Resuming: ``loader.get_state()`` / ``set_state`` continue exactly on the same plan, and on
     another topology at the state's global row (``ds[rows:][k::K]``) for a sharded, unbatched
-    MapDataset, or a DataLoader where its sampler allows it (see :mod:`jaxload.state`).
+    MapDataset, or a DataLoader where its sampler allows it (see :mod:`jaxload._src.state`).
     """
     import grain
 

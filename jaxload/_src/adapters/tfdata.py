@@ -7,15 +7,15 @@ from typing import Any
 
 import jax
 
-from jaxload import agreement, whereabouts
-from jaxload.assemble import leaf_name
-from jaxload.layouts import Layout
-from jaxload.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
-from jaxload.passes import Source
-from jaxload.protocol import INFINITE
-from jaxload.remainder import DROP, check_padded_options, padded_batch_size, rows_read
-from jaxload.state import Elastic, why_not_sliceable
-from jaxload.watchdog import DEFAULT_EXIT_GRACE_S, check_on_failure
+from jaxload._src import agreement, whereabouts
+from jaxload._src.assemble import leaf_name
+from jaxload._src.layouts import Layout
+from jaxload._src.loader import DEFAULT_TIMEOUT_S, Loader, check_options, loading_plan
+from jaxload._src.passes import Source
+from jaxload._src.protocol import INFINITE
+from jaxload._src.remainder import DROP, check_padded_options, padded_batch_size, rows_read
+from jaxload._src.state import Elastic, why_not_sliceable
+from jaxload._src.watchdog import DEFAULT_EXIT_GRACE_S, check_on_failure
 
 # Batches a process requests from the service ahead of its reads. The service gives each batch
 # to whichever process asks first, so a process that read far ahead would take the others'
@@ -60,7 +60,7 @@ def from_tf_data(
       remainder: ``"drop"`` (default) ends the epoch on every process at the first step some
         process cannot fill; ``"pad"`` goes on until every process is exhausted, zero-fills the
         missing rows and adds a bool ``"mask"`` feature (dict elements only). See
-        :mod:`jaxload.remainder`.
+        :mod:`jaxload._src.remainder`.
       batched: ``True`` if ``ds`` already yields per-process batches of
         ``plan.local_batch_size`` rows (e.g. from ``ds.batch(..., drop_remainder=True)``); a
         different leading dim is refused before any data is read. With ``shard=True`` whole
@@ -102,7 +102,7 @@ def from_tf_data(
 
     Resuming: ``loader.get_state()`` / ``set_state`` continue exactly on the same plan, and on
     another topology at the state's global row (``ds.skip(rows).shard(K, k)``) when jaxload
-    shards the unbatched dataset (see :mod:`jaxload.state`).
+    shards the unbatched dataset (see :mod:`jaxload._src.state`).
     """
     import tensorflow as tf
 

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxload.assemble import aligned_empty, leaf_name
+from jaxload._src.assemble import aligned_empty, leaf_name
 
 PyTree = Any
 

@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxload.layouts import Plan, feature_name, leaf_shardings, spec_shape_error
+from jaxload._src.layouts import Plan, feature_name, leaf_shardings, spec_shape_error
 
 PyTree = Any
 

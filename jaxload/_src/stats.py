@@ -16,8 +16,8 @@ import threading
 import time
 from collections.abc import Iterator
 
-from jaxload import agreement, wire
-from jaxload.whereabouts import Name
+from jaxload._src import agreement, wire
+from jaxload._src.whereabouts import Name
 
 _PARTS = ("wait", "backend", "agree", "assemble", "check")
 _lock = threading.Lock()

@@ -1,7 +1,7 @@
 """The Loader (configuration, state) and its per-pass iterator (:class:`LoaderIterator`).
 
-Each ``iter(loader)`` is one pass over the data, run by :class:`jaxload.passes.Pass`: before
-steps are handed out, all processes agree on how many exist (:mod:`jaxload.protocol`), so a
+Each ``iter(loader)`` is one pass over the data, run by :class:`jaxload._src.passes.Pass`: before
+steps are handed out, all processes agree on how many exist (:mod:`jaxload._src.protocol`), so a
 process that runs out of data early never leaves the others blocked in a collective, and a
 process that fails stops the others with its error. The iterator hands the batches to the loop,
 reshards them (``load_once``) and checks them on the loop's thread, and records the position
@@ -13,8 +13,8 @@ A pass stopped early tells the others from :meth:`LoaderIterator.close` (also ca
 
 ``get_state``/``set_state`` record and restore where a pass stands: the backend's position, for an
 exact resume on the same plan, and the global row position, for a resume on another topology
-(:mod:`jaxload.state`); an adapter supplies how its pipeline starts at a global row
-(:class:`jaxload.state.Elastic`). :mod:`jaxload.checkpoint` puts the state in Orbax checkpoints.
+(:mod:`jaxload._src.state`); an adapter supplies how its pipeline starts at a global row
+(:class:`jaxload._src.state.Elastic`). :mod:`jaxload.checkpoint` puts the state in Orbax checkpoints.
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxload import agreement, check, watchdog, whereabouts
-from jaxload import state as states
-from jaxload.agreement import PeerFailedError
-from jaxload.layouts import Layout, Plan
-from jaxload.passes import Handout, Pass
-from jaxload.prefetch import closer, prefetched
-from jaxload.records import Recorder
-from jaxload.records import gather as gather_records
-from jaxload.remainder import DROP, MASK, PAD, check_paddable, check_remainder
-from jaxload.stats import Stats, StatsSummary, gather, timed
+from jaxload._src import agreement, check, watchdog, whereabouts
+from jaxload._src import state as states
+from jaxload._src.agreement import PeerFailedError
+from jaxload._src.layouts import Layout, Plan
+from jaxload._src.passes import Handout, Pass
+from jaxload._src.prefetch import closer, prefetched
+from jaxload._src.records import Recorder
+from jaxload._src.records import gather as gather_records
+from jaxload._src.remainder import DROP, MASK, PAD, check_paddable, check_remainder
+from jaxload._src.stats import Stats, StatsSummary, gather, timed
 
 PyTree = Any
 
@@ -55,7 +55,7 @@ class Loader:
     Attributes:
       layout: the layout the batches are placed on.
       plan: this process's loading plan (``shard_index``, ``local_batch_size``, ...).
-      remainder: ``"drop"`` or ``"pad"`` (see :mod:`jaxload.remainder`).
+      remainder: ``"drop"`` or ``"pad"`` (see :mod:`jaxload._src.remainder`).
       prefetch: how many global batches are assembled ahead on a background thread while the
         training step runs (0: none, everything happens in ``next()``).
 
@@ -64,7 +64,7 @@ class Loader:
     ``next()`` raises it (:class:`~jaxload.PeerFailedError` on the others). With
     ``on_failure="exit"`` (the default) each process still running ``exit_grace_s`` seconds
     later ends with exit code 1, since it may be inside a collective that will never complete;
-    ``on_failure="raise"`` only raises. See :mod:`jaxload.watchdog`.
+    ``on_failure="raise"`` only raises. See :mod:`jaxload._src.watchdog`.
 
     With ``checks="first"`` (the default) the first step of each pass also verifies that every
     process built the same layout (:func:`jaxload.check.plan`) and that the batch is placed right
@@ -107,12 +107,12 @@ class Loader:
         yields this process's numpy batches, each with the backend position after it (JSON).
         ``not_resumable``: why ``set_state`` cannot work with this backend, if it cannot.
         ``elastic``: how the pipeline starts at a global row, for a state from another topology
-        (:class:`jaxload.state.Elastic`).
+        (:class:`jaxload._src.state.Elastic`).
         ``record``: a top-level feature whose values per step :meth:`records` returns.
         ``on_failure``, ``exit_grace_s``: what a process does when a pass fails on any process
-        (:mod:`jaxload.watchdog`).
+        (:mod:`jaxload._src.watchdog`).
         ``name``: names the loader's exchanges between processes (by default the line of the
-        program that built it: :mod:`jaxload.whereabouts`); give loaders built on one line (in
+        program that built it: :mod:`jaxload._src.whereabouts`); give loaders built on one line (in
         a loop or a helper) names of their own, the same on every process."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
@@ -179,10 +179,10 @@ class Loader:
             current.close()
 
     def stats(self, *, all_processes: bool = False) -> Stats | StatsSummary:
-        """Where this loader's time went, since it was created (see :mod:`jaxload.stats`).
+        """Where this loader's time went, since it was created (see :mod:`jaxload._src.stats`).
 
-        Returns this process's :class:`~jaxload.stats.Stats`, or with ``all_processes=True``
-        a :class:`~jaxload.stats.StatsSummary` of every process naming the slowest; that form
+        Returns this process's :class:`~jaxload._src.stats.Stats`, or with ``all_processes=True``
+        a :class:`~jaxload._src.stats.StatsSummary` of every process naming the slowest; that form
         exchanges the numbers, so every process must call it at the same point.
 
         Example:
@@ -266,7 +266,7 @@ class Loader:
         """Per step handed out, the values of the ``record=`` feature each loading group
         contributed (real rows only), in step order: ``{"pass": 0, "step": 3, "ids": {0: [...],
         1: [...]}}`` with ``ids`` keyed by loading group (``shard_index``). Host-side: no device
-        work. See :mod:`jaxload.records`.
+        work. See :mod:`jaxload._src.records`.
 
         By default this process's group only. With ``all_processes=True`` (every process calls
         it at the same point) process 0 gets every group's ids; the others get their own.
@@ -302,7 +302,7 @@ class Loader:
         with :mod:`jaxload.checkpoint` in an Orbax checkpoint, and give it to ``set_state`` of a
         fresh loader over the same pipeline: on the same topology it continues with the same
         batches on every process; on another one at the same global row (see
-        :mod:`jaxload.state`).
+        :mod:`jaxload._src.state`).
 
         Example:
           >>> import grain, json
@@ -369,7 +369,7 @@ class Loader:
           >>> os.listdir(os.path.join(path, "loader"))
           ['process_0-of-1.json']
         """
-        from jaxload import checkpoint
+        from jaxload._src import checkpoint
 
         return await checkpoint.save_v1(self, directory)
 
@@ -391,7 +391,7 @@ class Loader:
           >>> print(np.asarray(next(iter(fresh)))[:4])
           [16 17 18 19]
         """
-        from jaxload import checkpoint
+        from jaxload._src import checkpoint
 
         return await checkpoint.load_v1(self, directory)
 

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from jaxload.layouts import Layout, Plan
+from jaxload._src.layouts import Layout, Plan
 
 # One colour per loading group, cycling; chosen to stay distinguishable side by side.
 _COLOURS = ["#f4a6c1", "#f9d56e", "#9ed39a", "#8ec5f0", "#c9a7eb", "#f6b47f", "#7fd6cf", "#d9d9d9"]

@@ -49,8 +49,8 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from jaxload.agreement import PeerFailedError, failure_key, this_process_transport
-from jaxload.transport import Transport, TransportClosed, TransportTimeout, TransportUnavailable
+from jaxload._src.agreement import PeerFailedError, failure_key, this_process_transport
+from jaxload._src.transport import Transport, TransportClosed, TransportTimeout, TransportUnavailable
 
 WAKE_S = 10.0  # the longest a watchdog's blocking read lasts: one RPC per process per WAKE_S
 FIRST_BATCH_FACTOR = 3  # the first batch of a pass may take this many times timeout_s

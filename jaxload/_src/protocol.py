@@ -1,6 +1,6 @@
 """The loader's step agreement: what a process reports, and the decision taken from all reports.
 
-Each round of a pass (:class:`jaxload.agreement.Exchange`), every process sends a
+Each round of a pass (:class:`jaxload._src.agreement.Exchange`), every process sends a
 :class:`Report`: how many batches it has read ahead, a digest of its batches' signature, or the
 error that stopped it. The leader turns the reports into one :class:`Decision` with
 :func:`decide`, a pure function, so it is tested against fake reports without processes.
@@ -20,10 +20,10 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
-from jaxload import wire
+from jaxload._src import wire
 
 if TYPE_CHECKING:
-    from jaxload.agreement import Reports
+    from jaxload._src.agreement import Reports
 
 MAX_WINDOW = 16  # steps read ahead and agreed on in one round when lengths are unknown
 MAX_KNOWN_WINDOW = 256  # steps between rounds when every process knows its length
@@ -176,7 +176,7 @@ def mismatch_error(step: int, signatures: dict[int, str], groups: dict[str, list
 
     ``signatures``: the readable signature of one process per group.
     """
-    from jaxload.agreement import _ranges
+    from jaxload._src.agreement import _ranges
 
     described = "\n".join(f"  processes [{_ranges(ps)}]: {signatures[min(ps)]}"
                           for ps in groups.values())

@@ -17,7 +17,7 @@ process that has not arrived here while it waits in an exchange this process nev
 out of step with it (their programs have diverged: this process cannot get there, being blocked
 here, and the other cannot come here before its own exchange completes). Process 0 reads every
 post (one read, O(N)); the others read only process 0's. The finding is published to every
-process (:mod:`jaxload.watchdog`), so all of them raise :class:`OutOfStepError` or
+process (:mod:`jaxload._src.watchdog`), so all of them raise :class:`OutOfStepError` or
 :class:`~jaxload.PeerFailedError` naming each one's exchange within seconds, not after
 ``timeout_s``.
 """
@@ -31,8 +31,8 @@ import sys
 import threading
 from typing import NamedTuple
 
-from jaxload import wire
-from jaxload.transport import Transport
+from jaxload._src import wire
+from jaxload._src.transport import Transport
 
 SUSPECT_S = 2.0  # a wait this long posts where it waits and looks for processes out of step
 LOOK_EVERY_S = 2.0  # then looks again this often
@@ -104,7 +104,7 @@ _loaders: dict[str, int] = {}  # loader name -> loaders built under it on this p
 
 def call_site() -> str:
     """``train.py:42``: the line of the user's program that called into jaxload."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # jaxload/
     frame = sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame = frame.f_back

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxload.assemble import aligned_empty
+from jaxload._src.assemble import aligned_empty
 
 PyTree = Any
 
