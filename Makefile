@@ -50,6 +50,7 @@ bench: install
 
 lint: install
 	$(PY) -m ruff check jaxload tests examples
+	$(PY) -m mypy
 
 # the API reference from the docstrings, into site/ (open site/index.html; works offline)
 docs: install

@@ -11,12 +11,12 @@ import sys
 import types
 import warnings
 
-MOVED = frozenset({
+# old module path under jaxload -> the module under jaxload._src that holds its names now
+MOVED = {name: name for name in (
     "agreement", "assemble", "cluster", "explain", "layouts", "loader", "meshes", "passes",
     "prefetch", "protocol", "records", "remainder", "signature", "state", "stats", "transport",
     "watchdog", "whereabouts", "wire", "adapters", "adapters.grain", "adapters.tfdata",
-    "adapters.stack",
-})
+    "adapters.stack")}
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -32,7 +32,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None  # a plain module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        new = "jaxload._src." + module.__name__[len("jaxload."):]
+        new = "jaxload._src." + MOVED[module.__name__[len("jaxload."):]]
         warnings.warn(f"{module.__name__} is private now; import the public names from jaxload "
                       f"(or jaxload.check / checkpoint / testing / cli). It is {new}.",
                       DeprecationWarning, stacklevel=2)
