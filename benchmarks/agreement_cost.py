@@ -17,7 +17,7 @@ def measure():
     import numpy as np
     from jax.experimental import multihost_utils
 
-    from jaxload import protocol
+    from jaxload._src import protocol
     from jaxload._src.agreement import Exchange
 
     def decide(reports):

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import jaxload.testing
-from jaxload import protocol
+from jaxload._src import protocol
 from jaxload._src.agreement import Exchange
 from jaxload._src.cluster import free_port
 from jaxload._src.transport import CoordinationTransport
@@ -160,7 +160,7 @@ def loader_traffic(known: bool, steps: int):
     import tensorflow as tf
 
     import jaxload
-    from jaxload import agreement
+    from jaxload._src import agreement
 
     ds = tf.data.Dataset.range(steps * 4 * jax.process_count()).map(
         lambda i: {"x": tf.cast(i, tf.float32), "y": tf.fill([16], i)})

@@ -34,7 +34,7 @@ def measure(rounds: int, steps: int) -> dict:
     import numpy as np
 
     import jaxload
-    from jaxload import agreement, watchdog
+    from jaxload._src import agreement, watchdog
 
     images = np.random.default_rng(0).random((1024, 32, 32, 3), np.float32)
     ds = grain.MapDataset.range(ROWS * steps).map(

@@ -1,5 +1,7 @@
 """jaxload: tf.data and Grain pipelines to global jax.Array batches on multi-process JAX."""
 
+from types import ModuleType as _ModuleType
+
 from jaxload import check
 from jaxload._src import exports, moved
 from jaxload._src.adapters.grain import from_grain, grain_shard_options
@@ -7,7 +9,9 @@ from jaxload._src.adapters.tfdata import from_tf_data
 from jaxload._src.agreement import PeerFailedError, PeerTimeoutError
 from jaxload._src.assemble import assemble
 from jaxload._src.cluster import initialize
-from jaxload._src.layouts import (
+from jaxload._src.failures import PipelineStuckError
+from jaxload._src.iterator import LoaderIterator
+from jaxload._src.layout import (
     Layout,
     Plan,
     SimulatedDevice,
@@ -16,10 +20,9 @@ from jaxload._src.layouts import (
     model_replicas_in_process,
     simulated_devices,
 )
-from jaxload._src.loader import Loader, LoaderIterator
+from jaxload._src.loader import Loader
 from jaxload._src.remainder import REMAINDER_MODES, unpad
 from jaxload._src.stats import Stats, StatsSummary
-from jaxload._src.watchdog import PipelineStuckError
 from jaxload._src.whereabouts import OutOfStepError
 from jaxload._src.wire import MalformedValueError
 from jaxload.check import DuplicationError, PlanMismatchError, ReplicationError
@@ -27,7 +30,7 @@ from jaxload.check import DuplicationError, PlanMismatchError, ReplicationError
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> _ModuleType:
     """``jaxload.checkpoint`` (Orbax) is imported on first use, so ``import jaxload`` needs no
     orbax."""
     if name == "checkpoint":

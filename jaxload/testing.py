@@ -26,9 +26,9 @@ Example:
 """
 
 from jaxload._src import exports
+from jaxload._src.cluster import initialize
 from jaxload._src.testing import (
     ProcessesFailed,
-    initialize,
     launch,
     run,
     run_script,

@@ -312,7 +312,7 @@ def test_states_that_cannot_continue_on_another_topology_are_refused():
     old = {k: v for k, v in state.items() if k not in ("rows", "origin", "length")}
     with pytest.raises(ValueError, match="has no global row position"):
         jaxload.from_grain(grain_ds(), layout, global_batch_size=32).set_state(
-            {**old, "format": "jaxload._src.loader/1"})
+            {**old, "format": "jaxload.loader/1"})
 
 
 def test_orbax_restore_names_what_changed(tmp_path):

@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 
 import jaxload
 import jaxload.testing
-from jaxload import explain
+from jaxload._src import explain
 
 SEQ = 8  # tokens per row
 

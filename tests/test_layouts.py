@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import re
+import sys
+
 import numpy as np
 import pytest
 from jax.sharding import Mesh
@@ -152,15 +156,48 @@ def test_plan_is_frozen():
         plan.shard_index = 1
 
 
+@pytest.mark.parametrize("bad,error", [(True, TypeError), (2.0, TypeError), ("2", TypeError),
+                                       (0, ValueError), (-1, ValueError)])
+def test_counts_are_positive_ints_and_a_bool_is_not_one(bad, error):
+    devices = jaxload.simulated_devices(2, 4)
+    with pytest.raises(error, match=re.escape(f"model_size must be a positive int, got {bad!r}")):
+        jaxload.model_replicas_in_process(bad, devices=devices)
+    with pytest.raises(error, match=re.escape(f"model_size must be a positive int, got {bad!r}")):
+        jaxload.model_replicas_across_processes(bad, devices=devices)
+    with pytest.raises(error, match=re.escape(f"num_processes must be a positive int, got {bad!r}")):
+        jaxload.simulated_devices(bad, 2)
+    with pytest.raises(error, match=re.escape(f"local_devices must be a positive int, got {bad!r}")):
+        jaxload.simulated_devices(2, bad)
+
+
+def test_the_old_module_path_still_has_the_layout_names():
+    sys.modules.pop("jaxload.layouts", None)
+    with pytest.warns(DeprecationWarning, match=r"jaxload\.layouts is private now"):
+        layouts = importlib.import_module("jaxload.layouts")
+    for name in ("Layout", "Plan", "SimulatedDevice", "data_parallel", "model_replicas_in_process",
+                 "model_replicas_across_processes", "simulated_devices"):
+        assert getattr(layouts, name) is getattr(jaxload, name)
+
+
 @pytest.mark.cluster
 def test_docstring_examples():
+    """Every example of the layout modules, the public classes' methods' too: ``pytest
+    --doctest-modules`` finds those classes under ``jaxload`` (the module they report), without
+    their methods."""
     import doctest
 
     import jax
 
-    import jaxload
-    from jaxload import layouts
+    from jaxload._src import feature_specs, layout, plan, topology, validate
 
-    result = doctest.testmod(layouts, extraglobs={"jax": jax, "jaxload": jaxload, "np": np},
-                             optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
-    assert result.attempted >= 10 and result.failed == 0
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    extraglobs = {"jax": jax, "jaxload": jaxload, "np": np}
+    tests = [t for m in (feature_specs, layout, plan, topology, validate)
+             for t in finder.find(m, extraglobs=extraglobs)]
+    tests += [t for cls in (jaxload.Layout, jaxload.Plan, jaxload.SimulatedDevice)
+              for t in finder.find(cls, module=False, extraglobs=extraglobs)]
+    for test in tests:
+        runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.attempted >= 20 and result.failed == 0

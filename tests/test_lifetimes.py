@@ -32,7 +32,7 @@ def lifetimes():
     import numpy as np
 
     import jaxload
-    from jaxload import agreement
+    from jaxload._src import agreement
 
     p = jax.process_index()
     layout = jaxload.data_parallel()
@@ -115,7 +115,7 @@ def failures(stage: str):
     import numpy as np
 
     import jaxload
-    from jaxload import check, passes, transport
+    from jaxload._src import check, passes, transport
 
     p = jax.process_index()
     calls = {"n": 0}
@@ -142,7 +142,7 @@ def failures(stage: str):
         layout = jaxload.model_replicas_across_processes(2)
         options.update(load_once=True)
     elif stage == "checking":
-        check._records = failing_on_process_1(check._records, at=0)
+        check.shard_records = failing_on_process_1(check.shard_records, at=0)
         options.update(checks=1)
     elif stage == "unreported":
         # assembly fails and then the report cannot be sent: the process's own error is raised

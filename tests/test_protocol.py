@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from jaxload import signature
-from jaxload._src.agreement import Exchange, PeerTimeoutError, gather_once
+from jaxload._src import signature
+from jaxload._src.agreement import Exchange, PeerTimeoutError, gather
 from jaxload._src.protocol import (
     INFINITE,
     MAX_KNOWN_WINDOW,
@@ -219,7 +219,7 @@ def test_a_missing_process_is_named_after_the_timeout():
 
 
 def test_one_shot_exchanges_leave_nothing():
-    results, store, _ = run_processes(16, lambda t: gather_once(
+    results, store, _ = run_processes(16, lambda t: gather(
         "check.0", str(t.process_index), lambda r: (str(len(r)), True), 10, transport=t))
     assert results == ["16"] * 16 and store.values == {}
 

@@ -10,8 +10,9 @@ import time
 import pytest
 
 from jaxload._src.agreement import PeerFailedError
+from jaxload._src.failures import Failure, PipelineStuckError, check_on_failure
 from jaxload._src.transport import MemoryStore
-from jaxload._src.watchdog import Failure, PipelineStuckError, Watchdog, check_on_failure
+from jaxload._src.watchdog import Watchdog
 
 
 def _watchdogs(n: int, wake_s: float = 5.0) -> list[Watchdog]:

@@ -9,8 +9,8 @@ import time
 import pytest
 from test_protocol import run_processes
 
-from jaxload import protocol, whereabouts, wire
-from jaxload._src.agreement import Exchange, PeerFailedError, gather_once
+from jaxload._src import protocol, whereabouts, wire
+from jaxload._src.agreement import Exchange, PeerFailedError, gather
 from jaxload._src.protocol import Report
 from jaxload._src.whereabouts import Created, OutOfStepError
 
@@ -112,7 +112,7 @@ def test_a_slow_process_is_not_out_of_step():
         later = created.new("loader/b/pass", "loader 'b' pass 0")
         if t.process_index == 1:
             time.sleep(1.5)  # > SUSPECT_S: process 0 posts its wait and looks several times
-        out = gather_once(shared, "1", first, 30, transport=t)
+        out = gather(shared, "1", first, 30, transport=t)
         return out, Exchange(later, timeout_s=30, transport=t, created=created).round("1", first)
 
     results, store, _ = run_processes(2, work)

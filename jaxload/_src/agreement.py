@@ -1,349 +1,66 @@
-"""Exchanges between processes: every process reports, one process decides, everyone learns it.
+"""Agreement between processes: every process reports, the leader (process 0) decides from all
+the reports, and every process learns the decision.
 
-An :class:`Exchange` is a named series of *rounds*. In each round every process publishes a short
-report in the coordination service's key-value store; the leader (process 0) waits until all have
-arrived, reads the reports, computes the decision with a pure function of them and publishes it;
-the other processes read that one decision. The coordinator so moves O(N) bytes per round for N
-processes (N reports in, one read of them, N reads of one decision), where letting every process
-read every report would move O(N^2). No barrier is used: arrivals are counted with the store's
-atomic increment, and the last process to arrive tells the leader.
-
-Names: an exchange is named by what it belongs to (a loader's pass, a check's line in the
-program: :mod:`jaxload._src.whereabouts`), never by a process-wide counter, and a wait that lasts
-looks for processes that are at other exchanges (out of step) instead of waiting out
-``timeout_s``. Every value read is parsed with its fields checked (:mod:`jaxload._src.wire`).
-
-Lifetimes: everything lives under ``jaxload/<series>/<ordinal>/``. The leader deletes a round
-once every process has arrived at the next one (so all have read its decision); the last process
-to leave a *final* round (one that ends the exchange: the end of a pass, an error, a stop)
-deletes the whole exchange. Nothing accumulates over the rounds of a long run.
-
-A process whose own report ends the exchange (it failed, or stopped iterating) does not wait for
-the others: it publishes and leaves. If that process is the leader, it publishes the decision at
-once, since no report of the others can change it. Every wait is bounded by ``timeout_s``.
+:func:`gather` is one such round, for a check, the stats, the records or a shared token; each
+caller parses the reports and merges them in its ``decide``. The rounds themselves, their names,
+waits and lifetimes in the store are :class:`~jaxload._src.exchange.Exchange`'s; a loader's pass
+runs many rounds of one exchange.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Literal, overload
 
-from jaxload._src import whereabouts, wire
-from jaxload._src.transport import (
-    CoordinationTransport,
-    Transport,
-    TransportTimeout,
-    TransportUnavailable,
+from jaxload._src.exchange import LEADER, Decide, Exchange, Reports
+from jaxload._src.peers import (
+    PeerFailedError,
+    PeerTimeoutError,
+    Watch,
+    failure_key,
+    this_process_transport,
 )
-from jaxload._src.whereabouts import Created, Name, OutOfStepError
-from jaxload._src.whereabouts import ranges as _ranges
-from jaxload._src.wire import MalformedValueError
+from jaxload._src.transport import Transport
+from jaxload._src.whereabouts import Name
 
-LEADER = 0
-T = TypeVar("T")
-
-
-class PeerTimeoutError(RuntimeError):
-    """Some processes did not reach an exchange in time (dead, stuck or slow), or the
-    coordinator could not be reached.
-
-    Example:
-      How long a process waits for the others is the loader's ``timeout_s``:
-
-      >>> import grain
-      >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
-      ...                             global_batch_size=16, timeout_s=300)
-      >>> try:
-      ...     steps = sum(1 for batch in loader)
-      ... except jaxload.PeerTimeoutError as e:   # some process was not there within 300 s
-      ...     print(e)
-      >>> steps
-      4
-    """
+__all__ = ("LEADER", "Decide", "Exchange", "PeerFailedError", "PeerTimeoutError", "Reports", "Watch",
+           "failure_key", "gather", "shared_token", "this_process_transport")
 
 
-class PeerFailedError(RuntimeError):
-    """Another process failed; the message names it, the stage and step, and its exception.
-    (The process that failed raises its own exception.)
+@overload
+def gather(name: str | Name, report: str, decide: Decide, timeout_s: float, *,
+           transport: Transport | None | Literal["auto"] = ..., watch: Watch | None = ...,
+           wait: Literal[True] = ...) -> str: ...
+
+
+@overload
+def gather(name: str | Name, report: str, decide: Decide, timeout_s: float, *,
+           transport: Transport | None | Literal["auto"] = ..., watch: Watch | None = ...,
+           wait: bool) -> str | None: ...
+
+
+def gather(name: str | Name, report: str, decide: Decide, timeout_s: float, *,
+           transport: Transport | None | Literal["auto"] = "auto", watch: Watch | None = None,
+           wait: bool = True) -> str | None:
+    """Every process's ``report`` at the leader, whose ``decide(reports)`` returns the decision;
+    one round, the same decision on every process, and no key of it left in the store.
+
+    ``wait=False``: this process returns None as soon as its report is published, without
+    waiting for the decision (the leader always waits: it decides).
 
     Example:
-      With ``on_failure="raise"`` the process goes on after the error (with the default
-      ``"exit"`` it also ends ``exit_grace_s`` seconds later; see :class:`~jaxload.Loader`):
-
-      >>> import grain
-      >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
-      ...                             global_batch_size=16, on_failure="raise")
-      >>> try:
-      ...     for batch in loader:
-      ...         pass                               # the training step
-      ... except jaxload.PeerFailedError as e:       # another process failed; e names it
-      ...     print(f"stopping: {e}")
-    """
-
-
-class Watch(Protocol):
-    """What a long wait in an exchange consults (the process's :class:`~jaxload._src.watchdog.Watchdog`)."""
-
-    def interruption(self, exchange: str) -> BaseException | None:
-        """A failure that ends the wait (a peer's, published to this process)."""
-
-    def out_of_step(self, exchange: str, error: OutOfStepError) -> None:
-        """Tells every process that the processes are out of step (``error`` says how)."""
-
-
-_transport: list[Transport] = []  # this process's, created once (its byte counts accumulate)
-
-
-def this_process_transport() -> Transport | None:
-    """The coordination service's store for this process; None in a single-process run.
-
-    Its ``sent`` and ``received`` count every byte jaxload moved through the coordinator.
-    """
-    import jax
-
-    if jax.process_count() == 1:
-        return None
-    if not _transport:
-        _transport.append(CoordinationTransport.of_this_process())
-    return _transport[0]
-
-
-_FINAL, _GOES_ON, _FAILED = "F", "C", "E"  # the first character of a published decision
-
-
-class Reports(dict):
-    """A round's reports by process index, read from the ``(key, value)`` entries under
-    ``prefix`` (``<prefix>/<process>``)."""
-
-    def __init__(self, prefix: str, entries: list[tuple[str, str]]):
-        super().__init__()
-        self.prefix = prefix
-        for k, v in entries:
-            process = k.rsplit("/", 1)[1]
-            if not process.isdigit():
-                raise MalformedValueError(f"unexpected key {k!r} among the reports under "
-                                          f"{prefix!r} (not written by jaxload)")
-            self[int(process)] = v
-
-    def parsed(self, cls: type[T]) -> dict[int, T]:
-        """Each report as the dataclass ``cls``, its fields checked (:func:`jaxload._src.wire.fields_of`:
-        a malformed one names its key and the process that wrote it)."""
-        return {p: wire.fields_of(cls, v, key=f"{self.prefix}/{p}", writer=p)
-                for p, v in self.items()}
-
-
-# decide(reports by process index) -> (decision text, whether it ends the exchange)
-Decide = Callable[[Reports], tuple[str, bool]]
-
-
-class Exchange:
-    """Rounds of reports gathered at the leader, which publishes one decision per round.
-
-    Every process must create the exchange under the same ``name`` and run the same rounds.
-
-    Example:
-      >>> exchange = Exchange("example", timeout_s=60)
-      >>> exchange.round("3", lambda reports: (str(min(map(int, reports.values()))), True))
-      '3'
-    """
-
-    def __init__(self, name: str | Name, timeout_s: float, transport: Transport | None | str = "auto",
-                 *, watch: Watch | None = None, blocking: Callable[[], bool] = lambda: True,
-                 created: Created = whereabouts.CREATED):
-        """``name``: what the exchange belongs to (:mod:`jaxload._src.whereabouts`; a plain str
-        names a one-off series). ``watch``: consulted while a wait lasts (a peer's failure ends
-        it; processes found out of step are announced). ``blocking()``: whether the program is
-        blocked in this exchange's waits (a loop waiting for its next batch), so that processes
-        waiting elsewhere are out of step with it. ``created``: the exchanges this process
-        created."""
-        self.name = name if isinstance(name, Name) else Name(name, 0, f"exchange {name!r}")
-        self.prefix = self.name.prefix
-        self._timeout_s = timeout_s
-        self._transport = this_process_transport() if transport == "auto" else transport
-        self._watch = watch
-        self._blocking = blocking
-        self._created = created
-        self._round = 0
-        self._left = False
-        self.decision_key = f"{self.prefix}/0/decision"  # where the last decision was read
-
-    @property
-    def process_index(self) -> int:
-        """This process's index in the exchange (0 without a transport: a single process)."""
-        return 0 if self._transport is None else self._transport.process_index
-
-    def round(self, report: str, decide: Decide, *, ends: bool = False,
-              where: str | None = None) -> str | None:
-        """Publishes ``report`` and returns the round's decision, the same on every process.
-
-        ``ends``: this report ends the exchange whatever the others report (a failure, a stop);
-        the process then returns without waiting (None), except the leader, which still
-        publishes the decision: ``decide`` of its own report alone. ``where`` names the round
-        in a timeout's message (e.g. ``"step 12"``).
-        """
-        if self._left:
-            raise RuntimeError(f"exchange {self.prefix!r} has ended")
-        r, self._round = self._round, self._round + 1
-        t = self._transport
-        if t is None:  # a single process decides alone
-            decision, final = decide(Reports(f"{self.prefix}/{r}/p",
-                                             [(f"{self.prefix}/{r}/p/0", report)]))
-            self._left = final or ends
-            return decision
-        key = f"{self.prefix}/{r}"
-        try:
-            if t.process_index == LEADER and ends:
-                decision, _ = decide(Reports(f"{key}/p", [(f"{key}/p/{LEADER}", report)]))
-                t.set(f"{key}/decision", _FINAL + decision)
-                self.leave()
-                return decision
-            t.set(f"{key}/p/{t.process_index}", report)
-            if t.increment(f"{key}/arrived") == t.process_count:
-                t.set(f"{key}/all", "")
-            if ends:
-                self.leave()
-                return None
-            if t.process_index == LEADER:
-                self._wait(f"{key}/all", r)
-                try:
-                    decision, final = decide(Reports(f"{key}/p", t.dir_get(f"{key}/p")))
-                except Exception as e:  # e.g. a malformed report: every process learns why
-                    t.set(f"{key}/decision", _FAILED + f"{type(e).__name__}: {e}")
-                    raise
-                published = (_FINAL if final else _GOES_ON) + decision
-                t.set(f"{key}/decision", published)
-                if r:  # every process arrived here, so all have read the previous decision
-                    t.delete(f"{self.prefix}/{r - 1}")
-            else:
-                published = self._wait(f"{key}/decision", r)
-        except TransportTimeout as e:
-            self.leave()
-            raise self._timeout_error(r, where or f"round {r}", e) from e
-        except BaseException:  # a peer's failure, processes out of step, a malformed report
-            self.leave()
-            raise
-        self.decision_key = f"{key}/decision"
-        kind = published[:1]
-        if kind not in (_FINAL, _GOES_ON):
-            self.leave()
-            if kind == _FAILED:
-                raise PeerFailedError(f"process {LEADER} could not decide {where or f'round {r}'} "
-                                      f"of {self.name.what}: {published[1:]}")
-            raise MalformedValueError(f"malformed decision in {self.decision_key!r} written by "
-                                      f"process {LEADER}: {published[:200]!r}")
-        if kind == _FINAL:
-            self.leave()
-        return published[1:]
-
-    def _wait(self, key: str, r: int) -> str:
-        """The value of ``key``, waiting up to ``timeout_s``. A wait that lasts
-        :data:`~jaxload._src.whereabouts.SUSPECT_S` posts where this process waits, ends on a peer's
-        failure, and looks for processes out of step with this one."""
-        t = self._transport
-        deadline = time.monotonic() + self._timeout_s
-        posted = None
-        try:
-            while True:
-                slice_s = whereabouts.SUSPECT_S if posted is None else whereabouts.LOOK_EVERY_S
-                left = deadline - time.monotonic()
-                try:
-                    return t.get(key, max(0.001, min(left, slice_s)))
-                except TransportUnavailable:
-                    raise
-                except TransportTimeout:
-                    if time.monotonic() >= deadline:
-                        raise
-                if self._watch is not None:
-                    interruption = self._watch.interruption(self.prefix)
-                    if interruption is not None:
-                        raise interruption
-                if posted is None:
-                    posted = whereabouts.post(t, self.name, r)
-                if self._blocking():
-                    self._look_out_of_step(r)
-        finally:
-            if posted is not None:
-                try:
-                    t.delete(posted)
-                except Exception:  # noqa: BLE001 - a stale post only names a finished wait
-                    pass
-
-    def _look_out_of_step(self, r: int) -> None:
-        t = self._transport
-        arrived = (self._arrived(r) or set()) if t.process_index == LEADER else None
-        found = whereabouts.out_of_step(t, self.name, r, arrived, self._created)
-        if found is None:
-            return
-        error = OutOfStepError(found)
-        if self._watch is not None:
-            self._watch.out_of_step(self.prefix, error)
-        raise error
-
-    def _arrived(self, r: int) -> set[int] | None:
-        prefix = f"{self.prefix}/{r}/p"
-        try:
-            return set(Reports(prefix, self._transport.dir_get(prefix)))
-        except Exception:  # noqa: BLE001 - the coordinator itself may be gone
-            return None
-
-    def failed(self) -> str | None:
-        """The failure a process published for this exchange (:func:`jaxload._src.watchdog.Watchdog.publish`),
-        if one did (one read)."""
-        return None if self._transport is None else self._transport.try_get(failure_key(self.prefix))
-
-    def leave(self) -> None:
-        """This process is done with the exchange; the last one to leave deletes its keys."""
-        if self._left:
-            return
-        self._left = True
-        t = self._transport
-        if t is None:
-            return
-        try:
-            if t.increment(f"{self.prefix}/left") == t.process_count:
-                t.delete(self.prefix)
-        except Exception:  # noqa: BLE001 - cleanup must not hide the error that ended the exchange
-            pass
-
-    def _timeout_error(self, r: int, where: str, cause: Exception) -> PeerTimeoutError:
-        t = self._transport
-        arrived = self._arrived(r)
-        if arrived is None:
-            who = f"the coordinator (process 0) did not answer ({cause})"
-        else:
-            missing = sorted(set(range(t.process_count)) - arrived)
-            who = (f"processes [{_ranges(missing)}] did not arrive" if missing else
-                   f"the leader (process {LEADER}) did not publish the decision")
-        return PeerTimeoutError(
-            f"process {t.process_index} waited for the other processes at {where} of "
-            f"{self.name.what} (timeout_s={self._timeout_s:g}): {who}. A process died, hangs in "
-            "its input pipeline, or stopped iterating this loader (every process must iterate "
-            f"every loader in the same order).{whereabouts.where_others_wait(t)}")
-
-
-def failure_key(prefix: str) -> str:
-    """Where the first failure of exchange ``prefix`` is kept (deleted with the exchange)."""
-    return f"{prefix}/failed"
-
-
-def gather_once(name: str | Name, report: str, decide: Decide, timeout_s: float,
-                transport: Transport | None | str = "auto", watch: Watch | None = None) -> str:
-    """A one-round exchange (checks, stats): its decision on every process, its keys deleted.
-
-    Example:
-      >>> gather_once("example", "7", lambda reports: (max(reports.values()), True), 60)
+      >>> gather("example", "7", lambda reports: (max(reports.values()), True), 60)
       '7'
     """
     exchange = Exchange(name, timeout_s, transport, watch=watch)
-    decision = exchange.round(report, decide)
+    ends = not wait and exchange.process_index != LEADER
+    decision = exchange.round(report, decide, ends=ends)
     exchange.leave()
     return decision
 
 
-def shared_token(name: Name, timeout_s: float, watch: Watch | None = None) -> str:
+def shared_token(name: str | Name, timeout_s: float, watch: Watch | None = None) -> str:
     """A random token that the leader draws and every process reads: the same on all processes
     of this run, different in the next run (e.g. to name a tf.data service job)."""
     drawn = uuid.uuid4().hex[:12]
-    return gather_once(name, "", lambda _: (drawn, True), timeout_s, watch=watch)
+    return gather(name, "", lambda _: (drawn, True), timeout_s, watch=watch)

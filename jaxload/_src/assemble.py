@@ -18,27 +18,30 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import jax
 import numpy as np
 
-from jaxload._src.layouts import Plan, feature_name, leaf_shardings, spec_shape_error
+from jaxload._src.feature_specs import feature_name, leaf_shardings, spec_shape_error
+from jaxload._src.plan import Plan
+from jaxload._src.trees import GlobalBatch, HostBatch
 
-PyTree = Any
+# a non-batch dim and the indices of it this process's devices hold: a slice where contiguous
+_HeldColumns: TypeAlias = tuple[tuple[int, slice | np.ndarray], ...]
 
 # Kinds numpy uses for data JAX cannot hold: object, bytes, str, datetime, timedelta.
 _UNSUPPORTED_KINDS = "OSUMm"
 _ALIGN = 64  # bytes; the alignment XLA:CPU needs to use a host buffer without copying it
 
 
-def leaf_name(path: tuple) -> str:
+def leaf_name(path: tuple[Any, ...]) -> str:
     """A readable name for a pytree leaf: ``batch['image']``, ``batch[0]['label']``."""
     return "batch" + jax.tree_util.keystr(path)
 
 
 def check_local_batch(
-    local_batch: PyTree, plan: Plan, *, partial: bool = False
+    local_batch: HostBatch, plan: Plan, *, partial: bool = False
 ) -> list[tuple[str, np.ndarray]]:
     """Validates a per-process batch and returns its leaves as named numpy arrays.
 
@@ -75,15 +78,16 @@ def check_local_batch(
     return named
 
 
-def _check_spec_fits(path: tuple, name: str, array: np.ndarray, plan: Plan) -> None:
-    spec = dict(plan.feature_specs).get(feature_name(path))
+def _check_spec_fits(path: tuple[Any, ...], name: str, array: np.ndarray, plan: Plan) -> None:
+    feature = feature_name(path)
+    spec = dict(plan.feature_specs).get(feature) if feature is not None else None
     if spec is not None:
         error = spec_shape_error(name, spec, array.shape[1:], dict(plan.sharding.mesh.shape))
         if error:
             raise ValueError(error)
 
 
-def _check_specs_used(local_batch: PyTree, plan: Plan) -> None:
+def _check_specs_used(local_batch: HostBatch, plan: Plan) -> None:
     """Every feature named in the layout's ``feature_specs`` must be a key of the batch."""
     features = set(local_batch) if isinstance(local_batch, dict) else set()
     missing = [name for name, _ in plan.feature_specs if name not in features]
@@ -109,10 +113,11 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + _ALIGN, np.uint8)
     start = -raw.ctypes.data % _ALIGN
-    return raw[start : start + nbytes].view(dtype).reshape(shape)
+    out: np.ndarray = raw[start : start + nbytes].view(dtype).reshape(shape)
+    return out
 
 
-def assemble(local_batch: PyTree, plan: Plan) -> PyTree:
+def assemble(local_batch: HostBatch, plan: Plan) -> GlobalBatch:
     """Turns this process's batch into a pytree of global ``jax.Array``s on ``plan.sharding``.
 
     Args:
@@ -134,29 +139,35 @@ def assemble(local_batch: PyTree, plan: Plan) -> PyTree:
     return build_global(jax.tree_util.tree_structure(local_batch), leaves, plan)
 
 
-def build_global(treedef, leaves: list[np.ndarray], plan: Plan) -> PyTree:
+def build_global(treedef: jax.tree_util.PyTreeDef, leaves: list[np.ndarray], plan: Plan
+                 ) -> GlobalBatch:
     """``assemble`` for leaves already validated by :func:`check_local_batch`."""
     shardings = leaf_shardings(treedef, plan.sharding, plan.feature_specs)
     if plan.sharding.is_fully_addressable:
         # One process holds the whole batch, so device_put is exact here, and one call for all
         # leaves costs about half of one make_array_from_process_local_data per leaf.
-        return jax.tree_util.tree_unflatten(treedef, jax.device_put(leaves, list(shardings)))
-    arrays = []
+        placed: GlobalBatch = jax.tree_util.tree_unflatten(
+            treedef, jax.device_put(leaves, list(shardings)))
+        return placed
+    arrays: list[jax.Array] = []
     for leaf, sharding in zip(leaves, shardings, strict=True):
         shape = (plan.global_batch_size,) + leaf.shape[1:]
         for dim, held in _held_columns(sharding, shape):  # only what this process's devices hold
             leaf = leaf[(slice(None),) * dim + (held,)]
         arrays.append(jax.make_array_from_process_local_data(sharding, leaf, shape))
-    return jax.tree_util.tree_unflatten(treedef, arrays)
+    batch: GlobalBatch = jax.tree_util.tree_unflatten(treedef, arrays)
+    return batch
 
 
 @functools.lru_cache(maxsize=256)
-def _held_columns(sharding, shape: tuple[int, ...]) -> tuple[tuple[int, Any], ...]:
+def _held_columns(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> _HeldColumns:
     """Per non-batch dim of which this process's devices hold only part: the indices they hold
     (a slice where contiguous), in the order ``make_array_from_process_local_data`` expects: the
     distinct device blocks of that dim, ascending, one after the other."""
-    indices = sharding.addressable_devices_indices_map(shape).values()
-    held = []
+    # JAX types an index as optional, for shardings that cannot say; these always can
+    indices = cast("list[tuple[slice, ...]]",
+                   list(sharding.addressable_devices_indices_map(shape).values()))
+    held: list[tuple[int, slice | np.ndarray]] = []
     for dim in range(1, len(shape)):
         blocks = sorted({index[dim].indices(shape[dim])[:2] for index in indices})
         if sum(b - a for a, b in blocks) == shape[dim]:

@@ -5,18 +5,26 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:  # imported where used, as the commands need them
+    from jax.sharding import PartitionSpec
+
+    from jaxload._src.layout import Layout
+
 LAYOUTS = ("data-parallel", "replicas-in-process", "replicas-across-processes")
+# `jaxload --help`: the first line of jaxload.cli's docstring (this module's is about the code)
+DESCRIPTION = "The ``jaxload`` command: ``jaxload plan`` (pictures of a plan) and ``jaxload launch``."
 
 
-def _plan_layout(args: argparse.Namespace):
+def _plan_layout(args: argparse.Namespace) -> Layout:
     import jax
 
-    import jaxload
+    from jaxload._src import layout, topology
 
-    devices = jaxload.simulated_devices(args.processes, args.local_devices)
+    devices = topology.simulated_devices(args.processes, args.local_devices)
     if args.mesh_shape:
         shape = tuple(int(n) for n in args.mesh_shape.split(","))
         axes = tuple(args.mesh_axes.split(",")) if args.mesh_axes else None
@@ -29,17 +37,17 @@ def _plan_layout(args: argparse.Namespace):
         mesh = jax.sharding.Mesh(np.array(devices).reshape(shape), axes)
         batch_axes = tuple(args.batch_axes.split(",")) if args.batch_axes else ()
         specs = dict(_feature_spec(text) for text in args.feature_spec or ())
-        return jaxload.Layout(mesh, batch_axes, specs or None)
+        return layout.Layout(mesh, batch_axes, specs or None)
     if args.feature_spec:
         raise ValueError("--feature-spec needs --mesh-shape, --mesh-axes and --batch-axes")
     if args.layout == "data-parallel":
-        return jaxload.data_parallel(devices=devices)
+        return layout.data_parallel(devices=devices)
     if args.layout == "replicas-in-process":
-        return jaxload.model_replicas_in_process(args.model_size, devices=devices)
-    return jaxload.model_replicas_across_processes(args.model_size, devices=devices)
+        return layout.model_replicas_in_process(args.model_size, devices=devices)
+    return layout.model_replicas_across_processes(args.model_size, devices=devices)
 
 
-def _feature_spec(text: str):
+def _feature_spec(text: str) -> tuple[str, PartitionSpec]:
     """``tokens=data,seq`` -> ``("tokens", P("data", "seq"))``; ``None`` or ``-`` for a replicated
     dim, ``a+b`` for a dim over two axes."""
     from jax.sharding import PartitionSpec
@@ -86,7 +94,7 @@ def parser() -> argparse.ArgumentParser:
       >>> args.num_processes, args.local_devices, args.timeout, args.command
       (2, 4, 3600, ['--', 'python', 'train.py'])
     """
-    top = argparse.ArgumentParser(prog="jaxload", description=__doc__.split("\n")[0])
+    top = argparse.ArgumentParser(prog="jaxload", description=DESCRIPTION)
     commands = top.add_subparsers(dest="cmd", required=True)
 
     plan = commands.add_parser("plan", help="show which process loads which rows, on a "
@@ -134,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = parser().parse_args(argv)
     try:
-        return args.run(args)
+        code: int = args.run(args)
+        return code
     except ValueError as e:
         print(f"jaxload {args.cmd}: {e}", file=sys.stderr)
         return 2

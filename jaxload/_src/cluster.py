@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
+from typing import Any
+
+from jaxload._src.validate import is_positive_int
 
 _ENV_PROCESSES = "JAXLOAD_NUM_PROCESSES"
 _ENV_PROCESS_ID = "JAXLOAD_PROCESS_ID"
@@ -20,10 +24,10 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
-def initialize(*, heartbeat_timeout_s: int | None = None, **kwargs) -> None:
+def initialize(*, heartbeat_timeout_s: int | None = None, **kwargs: Any) -> None:
     """Sets up ``jax.distributed`` for this process; call it before any other JAX work.
 
     Under ``jaxload launch`` (or :mod:`jaxload.testing`): the local CPU cluster described by the
@@ -53,43 +57,61 @@ def initialize(*, heartbeat_timeout_s: int | None = None, **kwargs) -> None:
       ...
       ValueError: heartbeat_timeout_s=0 must be a positive int (seconds)
     """
+    import jax
+
+    kwargs = _distributed_options(heartbeat_timeout_s, kwargs)
+    if _ENV_PROCESSES not in os.environ:
+        jax.distributed.initialize(**kwargs)
+        return
+    _initialize_launched(kwargs)
+
+
+def _distributed_options(heartbeat_timeout_s: int | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``initialize``'s options as ``jax.distributed.initialize`` takes them; bad values and
+    options this JAX does not know are refused before ``jax.distributed`` is touched."""
     import inspect
 
     import jax
 
+    options = dict(kwargs)
     if heartbeat_timeout_s is not None:
-        if (isinstance(heartbeat_timeout_s, bool) or not isinstance(heartbeat_timeout_s, int)
-                or heartbeat_timeout_s < 1):
+        if not is_positive_int(heartbeat_timeout_s):
             raise ValueError(f"heartbeat_timeout_s={heartbeat_timeout_s!r} must be a positive "
                              "int (seconds)")
-        kwargs["heartbeat_timeout_seconds"] = heartbeat_timeout_s
+        options["heartbeat_timeout_seconds"] = heartbeat_timeout_s
     accepted = inspect.signature(jax.distributed.initialize).parameters
-    unknown = sorted(k for k in kwargs if k not in accepted)
+    unknown = sorted(k for k in options if k not in accepted)
     if unknown:
         hint = (" (mutual TLS needs JAX >= 0.12; on older JAX keep the coordinator on a private "
                 "network)" if any(k.startswith("mtls") for k in unknown) else "")
         raise TypeError(f"jax.distributed.initialize of JAX {jax.__version__} does not take "
                         f"{unknown}{hint}")
-    if _ENV_PROCESSES not in os.environ:
-        jax.distributed.initialize(**kwargs)
-        return
+    return options
+
+
+def _initialize_launched(options: dict[str, Any]) -> None:
+    """The local CPU cluster this process's environment describes (``jaxload launch``), with
+    gloo CPU collectives; a single process needs no ``jax.distributed``."""
+    import jax
+
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     num_processes = int(os.environ[_ENV_PROCESSES])
-    if num_processes > 1:
-        heartbeat = os.environ.get(_ENV_HEARTBEAT)
-        if heartbeat and "heartbeat_timeout_seconds" not in kwargs:
-            kwargs["heartbeat_timeout_seconds"] = int(heartbeat)
-        kwargs.setdefault("initialization_timeout", 60)
-        # JAX binds the coordination service to every interface ([::]:PORT) by default, with no
-        # authentication: anyone who can reach the machine could join or write keys. A local
-        # cluster needs loopback only.
-        kwargs.setdefault("coordinator_bind_address", os.environ[_ENV_COORDINATOR])
-        jax.distributed.initialize(
-            coordinator_address=os.environ[_ENV_COORDINATOR],
-            num_processes=num_processes,
-            process_id=int(os.environ[_ENV_PROCESS_ID]),
-            **kwargs,
-        )
+    if num_processes <= 1:
+        return
+    heartbeat = os.environ.get(_ENV_HEARTBEAT)
+    if heartbeat and "heartbeat_timeout_seconds" not in options:
+        options["heartbeat_timeout_seconds"] = int(heartbeat)
+    options.setdefault("initialization_timeout", 60)
+    # JAX binds the coordination service to every interface ([::]:PORT) by default, with no
+    # authentication: anyone who can reach the machine could join or write keys. A local
+    # cluster needs loopback only.
+    options.setdefault("coordinator_bind_address", os.environ[_ENV_COORDINATOR])
+    jax.distributed.initialize(
+        coordinator_address=os.environ[_ENV_COORDINATOR],
+        num_processes=num_processes,
+        process_id=int(os.environ[_ENV_PROCESS_ID]),
+        **options,
+    )
 
 
 def cpu_client_threads(local_devices: int, env: dict[str, str] | None = None) -> str:
@@ -106,8 +128,9 @@ def cpu_client_threads(local_devices: int, env: dict[str, str] | None = None) ->
       >>> int(cpu_client_threads(4, {"NPROC": "2"})) >= 8
       True
     """
-    env = os.environ if env is None else env
-    current = int(env.get("NPROC") or 0) if (env.get("NPROC") or "").isdigit() else 0
+    values: Mapping[str, str] = os.environ if env is None else env
+    nproc = values.get("NPROC") or ""
+    current = int(nproc) if nproc.isdigit() else 0
     return str(max(current, os.cpu_count() or 1, 2 * local_devices))
 
 

@@ -52,7 +52,7 @@ def data_loader_shard_options(loader: Any) -> Any:
     return options if options is not None else loader._sampler._shard_options
 
 
-def data_loader_operations(loader: Any) -> list:
+def data_loader_operations(loader: Any) -> list[Any]:
     """A ``grain.DataLoader``'s operations (maps, batch): ``loader._operations``."""
     return list(loader._operations)
 

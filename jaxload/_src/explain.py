@@ -1,113 +1,40 @@
 """Pictures of a plan: which process loads which rows, and which device holds which rows.
 
 :func:`text` renders tables with ``rich`` (the ``cli`` extra); :func:`svg` draws the JAX guide's
-kind of figure with the standard library's ``xml.etree``. Both work on simulated topologies, so
-``jaxload plan`` can show a 512-process job without starting one.
+kind of figure with the standard library's ``xml.etree``. Both take one process's plan and work
+on simulated topologies, so ``jaxload plan`` can show a 512-process job without starting one.
+
+Example:
+  >>> plan = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4)).plan(16)
+  >>> print(text(plan).splitlines()[0])
+  2 processes x 4 devices, mesh data=8, batch over ('data',)
+  >>> svg(plan).count('class="device"')
+  8
 """
 
 from __future__ import annotations
 
-import io
 import xml.etree.ElementTree as ET
+from typing import TypeAlias
 
-import numpy as np
-
-from jaxload._src.layouts import Layout, Plan
+from jaxload._src import plan_text
+from jaxload._src.plan import Plan, every_plan
+from jaxload._src.plan_text import rows_text
 
 # One colour per loading group, cycling; chosen to stay distinguishable side by side.
 _COLOURS = ["#f4a6c1", "#f9d56e", "#9ed39a", "#8ec5f0", "#c9a7eb", "#f6b47f", "#7fd6cf", "#d9d9d9"]
 
 
-def layout_of(plan: Plan) -> Layout:
-    """The layout a plan was made from (its sharding's mesh and batch axes)."""
-    axes = plan.sharding.spec[0] if len(plan.sharding.spec) else None
-    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
-    return Layout(plan.sharding.mesh, axes, dict(plan.feature_specs) or None)
-
-
-def _rows(start: int, stop: int) -> str:
-    return f"{start}-{stop - 1}"
-
-
-def _device_table(layout: Layout, plans: tuple[Plan, ...], max_processes: int):
-    """Per device: process, device id, mesh position, global rows, per-replica batch index,
-    and the columns it holds of each feature with a spec."""
-    mesh = layout.mesh
-    position = {d.id: tuple(int(i) for i in index) for index, d in np.ndenumerate(mesh.devices)}
-    rows = []
-    for plan in plans[:max_processes]:
-        base = plan.global_rows[0]
-        for device, start, stop in plan.device_rows:
-            rows.append((plan.process_index, device, position[device], base + start, base + stop,
-                         (base + start) // plan.per_replica_batch_size,
-                         columns_text(plan, device)))
-    return rows
-
-
-def columns_text(plan: Plan, device: int) -> str:
-    """What a device holds of the features' other dims: ``tokens dim1 0/2`` is block 0 of 2."""
-    return ", ".join(f"{feature} dim{dim} {block}/{blocks}"
-                     for d, feature, dim, block, blocks in plan.device_columns if d == device)
-
-
-def _same_rows_sentence(plans: tuple[Plan, ...]) -> str:
-    shared = [g for g in plans[0].loading_groups if len(g) > 1]
-    if not shared:
-        return "Every process loads different rows (each is its own loading group)."
-    parts = []
-    for g in shared[:8]:
-        names = ", ".join(map(str, g[:-1])) + f" and {g[-1]}"
-        parts.append(f"processes {names} load the same rows")
-    more = f" (and {len(shared) - 8} more groups)" if len(shared) > 8 else ""
-    return "; ".join(parts).capitalize() + more + "."
-
-
 def text(plan: Plan, *, max_processes: int = 16, width: int = 100) -> str:
-    """Tables of the loading groups and of what each device holds, as plain text."""
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError as e:  # pragma: no cover - rich ships with the cli and all extras
-        raise ImportError("Plan.explain() needs rich: pip install 'jaxload[cli]'") from e
-    layout = layout_of(plan)
-    plans = layout.plans(plan.global_batch_size)
-    mesh_text = " x ".join(f"{a}={n}" for a, n in layout.mesh.shape.items())
-    local = len(plans[0].device_rows)
-    out = io.StringIO()
-    width = width + 20 if plan.feature_specs else width
-    console = Console(file=out, width=width, color_system=None, legacy_windows=False)
-    console.print(
-        f"{len(plans)} processes x {local} devices, mesh {mesh_text}, batch over "
-        f"{layout.batch_axes or 'no axis (replicated)'}\n"
-        f"global batch {plan.global_batch_size} rows = {plan.num_batch_shards} per-replica "
-        f"batches of {plan.per_replica_batch_size}; {plan.shard_count} loading groups of "
-        f"{plan.local_batch_size} rows each", highlight=False)
+    """Tables of the loading groups and of what each device holds, as plain text (the text of
+    :meth:`jaxload.Plan.explain`)."""
+    return plan_text.text(plan, every_plan(plan), max_processes=max_processes, width=width)
 
-    groups = Table(title="Loading groups")
-    for column in ("group (shard_index)", "processes", "global rows"):
-        groups.add_column(column)
-    for index, members in enumerate(plan.loading_groups):
-        start, stop = plans[members[0]].global_rows
-        groups.add_row(str(index), ", ".join(map(str, members)), _rows(start, stop))
-    console.print(groups)
-    console.print(_same_rows_sentence(plans) + " Shard the pipeline by group (shard_index), "
-                  "not by process.", highlight=False)
 
-    devices = Table(title="Devices")
-    columns = ["process", "device", "mesh position", "global rows", "per-replica batch"]
-    for column in columns + (["columns"] if plan.feature_specs else []):
-        devices.add_column(column)
-    for process, device, pos, start, stop, replica, cols in _device_table(layout, plans,
-                                                                          max_processes):
-        cells = [str(process), str(device), str(pos), _rows(start, stop), str(replica)]
-        devices.add_row(*cells, *([cols] if plan.feature_specs else []))
-    console.print(devices)
-    for name, spec in plan.feature_specs:
-        console.print(f"feature {name!r}: {spec}; columns 'dimD b/n': block b of n equal blocks "
-                      "of its dim D", highlight=False)
-    if len(plans) > max_processes:
-        console.print(f"... and {len(plans) - max_processes} more processes", highlight=False)
-    return out.getvalue()
+# (per-replica batch, column block) -> the devices holding that cell of a feature
+_Cells: TypeAlias = dict[tuple[int, int], list[int]]
+# one feature's grid: feature, its sharded dim, blocks of that dim, cells
+_Grid: TypeAlias = tuple[str, int, int, _Cells]
 
 
 def svg(plan: Plan, *, max_processes: int = 32) -> str:
@@ -115,23 +42,30 @@ def svg(plan: Plan, *, max_processes: int = 32) -> str:
     the left, each process's devices on the right, each device coloured like the rows it holds
     and labelled ``d<device> r<per-replica batch>: <rows>`` (devices of one model replica share
     the ``r``). One ``<rect class="device">`` per device."""
-    layout = layout_of(plan)
-    plans = layout.plans(plan.global_batch_size)[:max_processes]
-    group_of = {p.process_index: p.shard_index for p in plans}
-    blocks = plan.num_batch_shards
-    cell, gap, left = 28, 12, 170
+    plans = every_plan(plan)[:max_processes]
+    blocks, cell, gap, left = plan.num_batch_shards, 28, 12, 170
+    grids = _column_grids(plans)
+    top = max(blocks * cell, len(plans) * (cell + gap)) + 60  # where the feature grids start
+    height = top + sum((blocks + 2) * cell for _ in grids)
     local = len(plans[0].device_rows)
-    grids = _column_grids(plans, blocks)
-    grids_height = sum((blocks + 2) * cell for _ in grids)
-    height = max(blocks * cell, len(plans) * (cell + gap)) + 60 + grids_height
     width = max([left + 90 + local * (cell * 4 + 6) + 20] + [20 + g[2] * 114 for g in grids])
     root = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(width),
                       height=str(height), viewBox=f"0 0 {width} {height}")
     ET.SubElement(root, "text", x="10", y="20", attrib={"font-size": "13"}).text = (
         f"global batch {plan.global_batch_size}: {blocks} per-replica batches, "
         f"{plan.shard_count} loading groups")
+    _draw_batch(root, plan, cell)
+    for i, p in enumerate(plans):  # processes, each a row of its devices
+        _draw_process(root, p, 40 + i * (cell + gap), cell, left, width)
+    for name, dim, count, holders in grids:
+        top = _draw_grid(root, top, cell, name, dim, count, holders, plan)
+    return ET.tostring(root, encoding="unicode")
+
+
+def _draw_batch(root: ET.Element, plan: Plan, cell: int) -> None:
+    """The global batch, one box per per-replica batch, coloured by loading group."""
     rows_per_block = plan.per_replica_batch_size
-    for b in range(blocks):  # the global batch, one box per per-replica batch
+    for b in range(plan.num_batch_shards):
         start = b * rows_per_block
         group = start // plan.local_batch_size
         y = 40 + b * cell
@@ -140,49 +74,48 @@ def svg(plan: Plan, *, max_processes: int = 32) -> str:
                       attrib={"class": "rows", "data-group": str(group)})
         ET.SubElement(root, "text", x="16", y=str(y + cell / 2 + 4),
                       attrib={"font-size": "11"}).text = (
-            f"rows {_rows(start, start + rows_per_block)} (g{group})")
-    for i, p in enumerate(plans):  # processes, each a row of its devices
-        y = 40 + i * (cell + gap)
-        ET.SubElement(root, "rect", x=str(left), y=str(y - 4), width=str(width - left - 10),
-                      height=str(cell + 6), fill="none", stroke="#999",
-                      attrib={"class": "process", "data-process": str(p.process_index)})
-        ET.SubElement(root, "text", x=str(left + 6), y=str(y + cell / 2 + 2),
-                      attrib={"font-size": "11"}).text = f"process {p.process_index}"
-        for j, (device, start, stop) in enumerate(p.device_rows):
-            a, b = p.global_rows[0] + start, p.global_rows[0] + stop
-            x = left + 80 + j * (cell * 4 + 6)
-            ET.SubElement(root, "rect", x=str(x), y=str(y), width=str(cell * 4),
-                          height=str(cell - 2), fill=_COLOURS[group_of[p.process_index] % len(_COLOURS)],
-                          stroke="#333", attrib={"class": "device", "data-device": str(device),
-                                                 "data-rows": _rows(a, b)})
-            held = "".join(f" c{blk}/{n}" for d, _, _, blk, n in p.device_columns
-                           if d == device)[:8]
-            ET.SubElement(root, "text", x=str(x + 4), y=str(y + cell / 2 + 3),
-                          attrib={"font-size": "10"}).text = (
-                f"d{device} r{a // rows_per_block}: {_rows(a, b)}{held}")
-    top = max(blocks * cell, len(plans) * (cell + gap)) + 60
-    for name, dim, count, holders in grids:
-        top = _draw_grid(root, top, cell, name, dim, count, holders, plan)
-    return ET.tostring(root, encoding="unicode")
+            f"rows {rows_text(start, start + rows_per_block)} (g{group})")
 
 
-def _column_grids(plans: tuple[Plan, ...], blocks: int) -> list:
+def _draw_process(root: ET.Element, p: Plan, y: int, cell: int, left: int, width: int) -> None:
+    """One process as a row of its devices, each coloured by the process's loading group."""
+    ET.SubElement(root, "rect", x=str(left), y=str(y - 4), width=str(width - left - 10),
+                  height=str(cell + 6), fill="none", stroke="#999",
+                  attrib={"class": "process", "data-process": str(p.process_index)})
+    ET.SubElement(root, "text", x=str(left + 6), y=str(y + cell / 2 + 2),
+                  attrib={"font-size": "11"}).text = f"process {p.process_index}"
+    for j, (device, start, stop) in enumerate(p.device_rows):
+        a, b = p.global_rows[0] + start, p.global_rows[0] + stop
+        x = left + 80 + j * (cell * 4 + 6)
+        ET.SubElement(root, "rect", x=str(x), y=str(y), width=str(cell * 4),
+                      height=str(cell - 2), fill=_COLOURS[p.shard_index % len(_COLOURS)],
+                      stroke="#333", attrib={"class": "device", "data-device": str(device),
+                                             "data-rows": rows_text(a, b)})
+        held = "".join(f" c{blk}/{n}" for d, _, _, blk, n in p.device_columns
+                       if d == device)[:8]
+        ET.SubElement(root, "text", x=str(x + 4), y=str(y + cell / 2 + 3),
+                      attrib={"font-size": "10"}).text = (
+            f"d{device} r{a // p.per_replica_batch_size}: {rows_text(a, b)}{held}")
+
+
+def _column_grids(plans: tuple[Plan, ...]) -> list[_Grid]:
     """Per feature with a sharded non-batch dim (its first such dim): the devices holding each
     (per-replica batch, column block) cell."""
-    grids: dict[tuple[str, int], dict] = {}
+    counts: dict[tuple[str, int], int] = {}
+    cells: dict[tuple[str, int], _Cells] = {}
     for p in plans:
         rows = {d: (p.global_rows[0] + a) // p.per_replica_batch_size for d, a, _ in p.device_rows}
         for device, name, dim, block, count in p.device_columns:
-            grid = grids.setdefault((name, dim), {"count": count, "cells": {}})
-            grid["cells"].setdefault((rows[device], block), []).append(device)
-    first = {}
-    for (name, dim), grid in sorted(grids.items()):
-        first.setdefault(name, (name, dim, grid["count"], grid["cells"]))
+            counts.setdefault((name, dim), count)
+            cells.setdefault((name, dim), {}).setdefault((rows[device], block), []).append(device)
+    first: dict[str, _Grid] = {}
+    for name, dim in sorted(cells):
+        first.setdefault(name, (name, dim, counts[name, dim], cells[name, dim]))
     return list(first.values())
 
 
-def _draw_grid(root, top: int, cell: int, name: str, dim: int, count: int, holders: dict,
-               plan: Plan) -> int:
+def _draw_grid(root: ET.Element, top: int, cell: int, name: str, dim: int, count: int,
+               holders: _Cells, plan: Plan) -> int:
     """One feature's global batch as a grid: per-replica batches down, column blocks across,
     each cell coloured by the loading group of its rows and labelled with its devices."""
     ET.SubElement(root, "text", x="10", y=str(top + 14), attrib={"font-size": "13"}).text = (

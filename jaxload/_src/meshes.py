@@ -91,6 +91,12 @@ def model_axis(mesh: Mesh, model_size: int, axis: str | None, layout: str) -> st
     return axis
 
 
+def other_axes(mesh: Mesh, axis: str) -> tuple[str, ...]:
+    """The mesh's axes other than ``axis``, in mesh order: those a batch is sharded over when
+    ``axis`` holds model replicas."""
+    return tuple(a for a in mesh.axis_names if a != axis)
+
+
 def replica_processes(mesh: Mesh, axis: str) -> list[set[int]]:
     """For each model replica (the devices along ``axis`` at one position of the other axes),
     the processes its devices are on."""

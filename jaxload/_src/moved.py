@@ -13,10 +13,11 @@ import warnings
 
 # old module path under jaxload -> the module under jaxload._src that holds its names now
 MOVED = {name: name for name in (
-    "agreement", "assemble", "cluster", "explain", "layouts", "loader", "meshes", "passes",
+    "agreement", "assemble", "cluster", "explain", "loader", "meshes", "passes",
     "prefetch", "protocol", "records", "remainder", "signature", "state", "stats", "transport",
     "watchdog", "whereabouts", "wire", "adapters", "adapters.grain", "adapters.tfdata",
     "adapters.stack")}
+MOVED["layouts"] = "layout"  # split up; jaxload._src.layout imports its public names
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -36,9 +37,9 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         warnings.warn(f"{module.__name__} is private now; import the public names from jaxload "
                       f"(or jaxload.check / checkpoint / testing / cli). It is {new}.",
                       DeprecationWarning, stacklevel=2)
-        real = importlib.import_module(new)
-        module.__getattr__ = lambda name: getattr(real, name)  # type: ignore[method-assign]
-        module.__path__ = []  # jaxload.adapters holds modules of its own
+        # the import hands out what sys.modules holds after this: the module itself, so that
+        # what is set on it (a test's patch) is seen by the package
+        sys.modules[module.__name__] = importlib.import_module(new)
 
 
 def install() -> None:

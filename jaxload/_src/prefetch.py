@@ -11,8 +11,8 @@ from __future__ import annotations
 import atexit
 import queue
 import threading
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -20,11 +20,15 @@ _POLL_S = 0.1  # how often a blocked producer looks whether the consumer has gon
 
 
 class _Raised:
-    def __init__(self, error: BaseException):
+    def __init__(self, error: BaseException) -> None:
         self.error = error
 
 
-_END = object()
+class _End:
+    """The type of :data:`_END`, so that a queue's items narrow by ``isinstance``."""
+
+
+_END = _End()  # the producer has finished
 
 # Producers still running, stopped before the interpreter exits: a daemon thread left inside a
 # backend's C++ code during interpreter shutdown can abort the process ("FATAL: exception not
@@ -43,7 +47,8 @@ def _stop_producers() -> None:
 
 def prefetched(produce: Callable[[], Iterator[T]], depth: int,
                on_request: Callable[[int], None] | None = None,
-               interrupt: Callable[[], BaseException | None] | None = None) -> Iterator[T]:
+               interrupt: Callable[[], BaseException | None] | None = None
+               ) -> Generator[T, None, None]:
     """Yields what ``produce()`` yields, keeping up to ``depth`` items ready ahead.
 
     ``on_request(n)`` is told, each time the consumer asks for an item, how many were ready.
@@ -54,10 +59,10 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
       >>> list(prefetched(lambda: iter(range(3)), depth=2))
       [0, 1, 2]
     """
-    ready: queue.Queue = queue.Queue(maxsize=depth)
+    ready: queue.Queue[T | _Raised | _End] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
-    def offer(item) -> bool:
+    def offer(item: T | _Raised | _End) -> bool:
         while not stop.is_set():
             try:
                 ready.put(item, timeout=_POLL_S)
@@ -66,22 +71,8 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
                 continue
         return False
 
-    def run() -> None:
-        items = produce()
-        try:
-            for item in items:
-                if not offer(item):
-                    return
-            offer(_END)
-        except BaseException as e:  # handed to the consumer, which re-raises it
-            offer(_Raised(e))
-        finally:
-            close = getattr(items, "close", None)
-            if close:
-                close()
-            _running.pop(threading.current_thread(), None)
-
-    thread = threading.Thread(target=run, name="jaxload-prefetch", daemon=True)
+    thread = threading.Thread(target=_produce, args=(produce, offer), name="jaxload-prefetch",
+                              daemon=True)
     _register(thread, stop)
     thread.start()
     try:
@@ -89,7 +80,7 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
             if on_request is not None:
                 on_request(ready.qsize())
             item = _next_ready(ready, interrupt)
-            if item is _END:
+            if isinstance(item, _End):
                 return
             if isinstance(item, _Raised):
                 raise item.error
@@ -101,7 +92,25 @@ def prefetched(produce: Callable[[], Iterator[T]], depth: int,
             thread.join(timeout=5 * _POLL_S)
 
 
-def _next_ready(ready: queue.Queue, interrupt: Callable[[], BaseException | None] | None):
+def _produce(produce: Callable[[], Iterator[T]], offer: Callable[[T | _Raised | _End], bool]
+             ) -> None:
+    """The producer thread: offers each item, then the end or the error, until refused."""
+    items = produce()
+    try:
+        for item in items:
+            if not offer(item):
+                return
+        offer(_END)
+    except BaseException as e:  # handed to the consumer, which re-raises it
+        offer(_Raised(e))
+    finally:
+        close = getattr(items, "close", None)
+        if close:
+            close()
+        _running.pop(threading.current_thread(), None)
+
+
+def _next_ready(ready: queue.Queue[T], interrupt: Callable[[], BaseException | None] | None) -> T:
     if interrupt is None:
         return ready.get()
     while True:
@@ -123,8 +132,8 @@ class BackgroundCloser:
     it the iterator with ``SimpleQueue.put``, which is safe there.
     """
 
-    def __init__(self):
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Generator[Any, Any, Any] | _End] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -136,13 +145,13 @@ class BackgroundCloser:
                 _register(self._thread, threading.Event())
                 self._thread.start()
 
-    def close_later(self, items: Iterator) -> None:
+    def close_later(self, items: Generator[Any, Any, Any]) -> None:
         self._queue.put(items)
 
     def _run(self) -> None:
         while True:
             items = self._queue.get()
-            if items is _END:
+            if isinstance(items, _End):
                 return
             try:
                 items.close()

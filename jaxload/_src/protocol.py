@@ -1,6 +1,6 @@
 """The loader's step agreement: what a process reports, and the decision taken from all reports.
 
-Each round of a pass (:class:`jaxload._src.agreement.Exchange`), every process sends a
+Each round of a pass (:class:`jaxload._src.exchange.Exchange`), every process sends a
 :class:`Report`: how many batches it has read ahead, a digest of its batches' signature, or the
 error that stopped it. The leader turns the reports into one :class:`Decision` with
 :func:`decide`, a pure function, so it is tested against fake reports without processes.
@@ -18,21 +18,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from jaxload._src import wire
+from jaxload._src.whereabouts import ranges
 
 if TYPE_CHECKING:
-    from jaxload._src.agreement import Reports
+    from jaxload._src.exchange import Reports
 
 MAX_WINDOW = 16  # steps read ahead and agreed on in one round when lengths are unknown
 MAX_KNOWN_WINDOW = 256  # steps between rounds when every process knows its length
 WINDOW_BYTES = 256 * 2**20  # per-process batches read ahead for one round, at most
 INFINITE = -1  # a length: the pipeline never ends (tf.data repeat())
 
+C = TypeVar("C", bound="_Compact")
+
 
 class _Compact:
     """JSON with only the fields that differ from their defaults: small messages."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # subclasses are dataclasses
 
     def to_json(self) -> str:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
@@ -40,7 +45,8 @@ class _Compact:
         return json.dumps(fields, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str, key: str = "a report", writer: int | str = "another process"):
+    def from_json(cls: type[C], text: str, key: str = "a report",
+                  writer: int | str = "another process") -> C:
         """Parses ``text``, read from ``key`` (written by ``writer``), checking every field."""
         return wire.fields_of(cls, text, key=key, writer=writer)
 
@@ -162,8 +168,8 @@ mismatch=None, template_from=None, template=None)
 
 def _known_total(reports: dict[int, Report], pad: bool) -> int | None:
     """The pass's step count if every process knows its length (first round only)."""
-    lengths = [r.length for r in reports.values()]
-    if not lengths or any(n is None for n in lengths):
+    lengths = [r.length for r in reports.values() if r.length is not None]
+    if not lengths or len(lengths) < len(reports):
         return None
     finite = [n for n in lengths if n != INFINITE]
     if pad:
@@ -176,9 +182,7 @@ def mismatch_error(step: int, signatures: dict[int, str], groups: dict[str, list
 
     ``signatures``: the readable signature of one process per group.
     """
-    from jaxload._src.agreement import _ranges
-
-    described = "\n".join(f"  processes [{_ranges(ps)}]: {signatures[min(ps)]}"
+    described = "\n".join(f"  processes [{ranges(ps)}]: {signatures[min(ps)]}"
                           for ps in groups.values())
     return (f"at step {step} the processes' batches differ in structure, feature shapes or "
             f"dtypes (shapes shown without the batch dim), so they cannot form one global "

@@ -9,23 +9,25 @@ up the step's ids and reading those elements again.
 Every process of a loading group loads the same rows, so one member per group knows the group's
 ids. ``loader.records()`` gives this process's group; ``loader.records(all_processes=True)``
 collects every group's on process 0: the first process of each group posts its list once to the
-coordination service and process 0 reads one entry per group, so the coordinator handles
-``shard_count`` (at most ``process_count``) messages, O(N), instead of N x N for an all-to-all
-exchange. The other processes get their own group's list back without waiting.
+coordination service (the other processes an empty report) and process 0 reads them in one round
+(:func:`jaxload._src.agreement.gather`), so the coordinator handles O(N) messages instead of
+N x N for an all-to-all exchange. The other processes get their own group's list back without
+waiting.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import numpy as np
 
 from jaxload._src import agreement, wire
+from jaxload._src.agreement import Reports
+from jaxload._src.trees import HostBatch
 from jaxload._src.whereabouts import Name
-
-PyTree = Any
 
 
 def check_record(record: str | None) -> str | None:
@@ -53,11 +55,11 @@ class Recorder:
         self.feature = check_record(feature)
         self._shard_index = shard_index
         self._pass = -1
-        self._pending: dict[tuple[int, int], list] = {}
-        self._done: list[dict] = []
+        self._pending: dict[tuple[int, int], list[Any]] = {}
+        self._done: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
-    def check(self, local_batch: PyTree) -> None:
+    def check(self, local_batch: HostBatch) -> None:
         """A ValueError, before any device work, if the batch has no such feature."""
         if self.feature is None:
             return
@@ -72,7 +74,7 @@ class Recorder:
             self._pass += 1
             self._pending.clear()
 
-    def add(self, step: int, local_batch: PyTree | None) -> None:
+    def add(self, step: int, local_batch: Mapping[str, Any] | None) -> None:
         """This process's rows of ``step`` (None: it holds only padding)."""
         if self.feature is None:
             return
@@ -89,7 +91,7 @@ class Recorder:
                 self._done.append({"pass": self._pass, "step": step,
                                    "ids": {self._shard_index: ids}})
 
-    def steps(self, *, clear: bool = False) -> list[dict]:
+    def steps(self, *, clear: bool = False) -> list[dict[str, Any]]:
         with self._lock:
             done = [dict(entry, ids=dict(entry["ids"])) for entry in self._done]
             if clear:
@@ -97,37 +99,54 @@ class Recorder:
         return done
 
 
-def gather(mine: list[dict], plan: Any, timeout_s: float, name: Name) -> list[dict]:
+class LoadingGroups(Protocol):
+    """What :func:`gather` needs of a loader's :class:`~jaxload.Plan`."""
+
+    @property
+    def shard_index(self) -> int: ...
+
+    @property
+    def shard_count(self) -> int: ...
+
+    @property
+    def loading_groups(self) -> tuple[tuple[int, ...], ...]: ...
+
+
+def gather(mine: list[dict[str, Any]], plan: LoadingGroups, timeout_s: float,
+           name: Name) -> list[dict[str, Any]]:
     """Every group's ids per step on process 0 (this group's elsewhere); see the module doc."""
     transport = agreement.this_process_transport()
     if transport is None or plan.shard_count == 1:  # process 0's group has them all
         return mine
-    key = name.prefix
-    me = transport.process_index
-    if plan.loading_groups[plan.shard_index][0] == me:
-        transport.set(f"{key}/{plan.shard_index}", json.dumps(mine))
-    if me != 0:
-        return mine
-    merged = [dict(entry, ids={}) for entry in mine]
-    for group in range(plan.shard_count):
-        writer = plan.loading_groups[group][0]
-        try:
-            text = transport.get(f"{key}/{group}", timeout_s)
-        except Exception as e:
-            raise agreement.PeerTimeoutError(
-                f"process 0 waited {timeout_s:g} s for loading group {group}'s records (from "
-                f"process {plan.loading_groups[group][0]}); every process must call "
-                "records(all_processes=True) at the same point") from e
-        theirs = wire.loads(text, key=f"{key}/{group}", writer=writer)
+    writers = [group[0] for group in plan.loading_groups]  # each group's first process
+    merged: list[dict[str, Any]] = []
+
+    def merge(reports: Reports) -> tuple[str, bool]:
+        merged.extend(_merged(mine, reports, writers))
+        return "", True
+
+    speaks = writers[plan.shard_index] == transport.process_index
+    agreement.gather(name, json.dumps(mine) if speaks else "", merge, timeout_s,
+                     transport=transport, wait=False)
+    return merged if transport.process_index == agreement.LEADER else mine
+
+
+def _merged(mine: list[dict[str, Any]], reports: Reports,
+            writers: list[int]) -> list[dict[str, Any]]:
+    """Process 0's steps with the ids of every group, read from the report of its first
+    process (the others report nothing)."""
+    merged: list[dict[str, Any]] = [dict(entry, ids={}) for entry in mine]
+    for group, writer in enumerate(writers):
+        key, text = f"{reports.prefix}/{writer}", reports[writer]
+        theirs = wire.loads(text, key=key, writer=writer)
         if not (isinstance(theirs, list) and all(
                 isinstance(e, dict) and isinstance(e.get("ids"), dict) for e in theirs)):
             raise wire.MalformedValueError(
-                f"malformed value in '{key}/{group}' written by process {writer}: not a list of "
+                f"malformed value in {key!r} written by process {writer}: not a list of "
                 f"steps with their ids: {text[:200]!r}")
         if len(theirs) != len(merged):
             raise RuntimeError(f"loading group {group} recorded {len(theirs)} steps, process 0 "
                                f"{len(merged)}; call records() at the same point everywhere")
         for entry, other in zip(merged, theirs, strict=True):
             entry["ids"].update({int(g): ids for g, ids in other["ids"].items()})
-    transport.delete(key)
     return merged

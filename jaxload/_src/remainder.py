@@ -28,8 +28,8 @@ import jax
 import numpy as np
 
 from jaxload._src.assemble import aligned_empty
-
-PyTree = Any
+from jaxload._src.trees import HostBatch, PyTree
+from jaxload._src.validate import is_positive_int
 
 DROP = "drop"
 PAD = "pad"
@@ -63,10 +63,9 @@ def padded_batch_size(layout: Any, global_batch_size: int, remainder: str) -> in
       (16, 8)
     """
     shards = layout.num_batch_shards
-    if (not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool)
-            or global_batch_size < 1):
+    if not is_positive_int(global_batch_size):
         raise ValueError(f"global_batch_size={global_batch_size!r} must be a positive int")
-    physical = -(-global_batch_size // shards) * shards
+    physical: int = -(-global_batch_size // shards) * shards
     if physical != global_batch_size and remainder != PAD:
         raise ValueError(
             f"global_batch_size={global_batch_size} is not a multiple of the {shards} batch "
@@ -87,7 +86,7 @@ def rows_read(plan: Any, global_batch_size: int) -> int:
       [8, 4]
     """
     start, stop = plan.global_rows
-    return max(0, min(stop, global_batch_size) - start)
+    return max(0, min(int(stop), global_batch_size) - int(start))
 
 
 def check_padded_options(shard: bool, batched: bool, other: str | None = None) -> None:
@@ -104,7 +103,7 @@ def check_padded_options(shard: bool, batched: bool, other: str | None = None) -
                 "tf.data.Dataset or grain.MapDataset) with shard=True")
 
 
-def check_paddable(local_batch: PyTree) -> None:
+def check_paddable(local_batch: HostBatch) -> None:
     """``"pad"`` adds a ``"mask"`` key, so batches must be dicts without one."""
     if not isinstance(local_batch, dict):
         raise TypeError(
@@ -119,25 +118,25 @@ def check_paddable(local_batch: PyTree) -> None:
         )
 
 
-def pad_rows(local_batch: PyTree, rows: int) -> PyTree:
+def pad_rows(local_batch: HostBatch, rows: int) -> HostBatch:
     """Each leaf zero-filled (or cut) to ``rows`` rows, plus ``"mask"``, True on real rows."""
 
-    def pad(a):
-        a = np.asarray(a)
+    def pad(leaf: Any) -> np.ndarray:
+        a: np.ndarray = np.asarray(leaf)
         if a.shape[0] == rows:
             return a
-        out = aligned_empty((rows,) + a.shape[1:], a.dtype)
+        out: np.ndarray = aligned_empty((rows,) + a.shape[1:], a.dtype)
         out[: a.shape[0]] = a
         out[a.shape[0] :] = 0
         return out
 
     real = len(jax.tree_util.tree_leaves(local_batch)[0])
-    padded = jax.tree_util.tree_map(pad, local_batch)
+    padded: dict[str, Any] = jax.tree_util.tree_map(pad, local_batch)  # a dict: check_paddable
     padded[MASK] = np.arange(rows) < real
     return padded
 
 
-def unpad(tree: PyTree, mask: Any) -> PyTree:
+def unpad(tree: PyTree[Any], mask: Any) -> PyTree[np.ndarray]:
     """Keeps only the real rows (``mask`` True) of each leaf, as numpy arrays.
 
     ``tree`` and ``mask`` must be readable on this process: numpy arrays, fully addressable
@@ -159,4 +158,5 @@ def unpad(tree: PyTree, mask: Any) -> PyTree:
       array([16, 17, 18, 19], dtype=int32)
     """
     keep = np.asarray(mask).astype(bool)
-    return jax.tree_util.tree_map(lambda a: np.asarray(a)[keep], tree)
+    kept: PyTree[np.ndarray] = jax.tree_util.tree_map(lambda a: np.asarray(a)[keep], tree)
+    return kept

@@ -23,16 +23,15 @@ from typing import Any
 import numpy as np
 
 from jaxload._src.assemble import aligned_empty
+from jaxload._src.trees import HostBatch
 
-PyTree = Any
 
-
-def describe(batch: PyTree) -> str:
+def describe(batch: HostBatch) -> str:
     """The signature of a per-process batch (dicts with str keys, tuples, lists, numpy leaves)."""
     return json.dumps(_describe(batch, "batch"), separators=(",", ":"))
 
 
-def _describe(node: PyTree, name: str) -> Any:
+def _describe(node: HostBatch, name: str) -> Any:
     if isinstance(node, dict):
         for k in node:
             if not isinstance(k, str):
@@ -50,10 +49,10 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def zeros(text: str, rows: int) -> PyTree:
+def zeros(text: str, rows: int) -> HostBatch:
     """A batch of ``rows`` zero rows with the signature ``text`` (64-byte aligned buffers)."""
 
-    def build(node):
+    def build(node: Any) -> HostBatch:  # node: a parsed signature, see _describe
         if isinstance(node, list):
             out = aligned_empty((rows, *node[1]), np.dtype(node[0]))
             out[...] = 0
@@ -70,7 +69,7 @@ def features(text: str) -> dict[str, str]:
     """Feature name -> ``dtype[shape]``, e.g. ``{"batch['x']": "float32[3]"}``."""
     out: dict[str, str] = {}
 
-    def walk(node, name):
+    def walk(node: Any, name: str) -> None:
         if isinstance(node, list):
             out[name] = f"{node[0]}{node[1]}".replace(" ", "")
             return

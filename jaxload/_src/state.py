@@ -47,14 +47,23 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
-FORMAT = "jaxload._src.loader/2"
-_OLD_FORMATS = ("jaxload._src.loader/1",)  # same-plan resume only: no global row position
-START = {"step": 0, "origin": 0, "position": None}
+from jaxload._src.trees import HostBatch
+from jaxload._src.validate import is_nonnegative_int
+
+State = dict[str, Any]
+"""A loader state (``Loader.get_state``): JSON-serializable."""
+Position = dict[str, Any]
+"""Where a pass stands: ``step``, ``origin`` (the global row its pipeline started at) and the
+backend ``position``."""
+
+FORMAT = "jaxload.loader/2"
+_OLD_FORMATS = ("jaxload.loader/1",)  # same-plan resume only: no global row position
+START: Position = {"step": 0, "origin": 0, "position": None}
 # A loading group's pipeline: local_batches(backend position) -> (batch, position after it)...
-LocalBatches = Callable[[Any], Iterator[tuple[Any, Any]]]
+LocalBatches = Callable[[Any], Iterable[tuple[HostBatch, Any]]]
 # a state continues exactly where these are the same (the rows a step consumes, then the plan)
 _PLAN_KEYS = ("rows_per_step", "shard_index", "shard_count", "local_batch_size", "global_batch_size")
 _SAME_PLAN = ("Resume with the same layout, process count and global_batch_size, where the "
@@ -93,22 +102,26 @@ class Elastic:
     from_row: Callable[[int], LocalBatches] | None = None
     why_not: str | None = None
     length: int | None = None
-    refuses: Callable[[dict], str | None] | None = None
-    fingerprint: Callable[[], str] | None = None
+    refuses: Callable[[State], str | None] | None = None
+    fingerprint: Callable[[], str | None] | None = None
     rows_per_step: int | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.from_row is None and not self.why_not:
             raise ValueError("Elastic needs from_row, or why_not saying why the pipeline cannot "
                              "start at a global row")
-        if self.length is not None and (not isinstance(self.length, int) or self.length < 0):
+        if self.length is not None and not is_nonnegative_int(self.length):
             raise ValueError(f"Elastic.length must be an int >= 0 or None, got {self.length!r}")
 
-    def pipeline(self, start: dict, first: LocalBatches) -> Iterator[tuple[Any, Any]]:
+    def pipeline(self, start: Position, first: LocalBatches) -> Iterable[tuple[HostBatch, Any]]:
         """The pass starting at ``start`` (``origin``, backend ``position``); ``first`` is the
         pipeline from row 0."""
-        source = first if not start["origin"] else self.from_row(start["origin"])
-        return source(start["position"])
+        if not start["origin"]:
+            return first(start["position"])
+        if self.from_row is None:
+            raise ValueError(f"this pipeline cannot start at global row {start['origin']}: "
+                             f"{self.why_not}")
+        return self.from_row(start["origin"])(start["position"])
 
 
 NOT_ELASTIC = Elastic(why_not="this loader's pipeline cannot start at a given global row")
@@ -132,12 +145,13 @@ def why_not_sliceable(shard: bool, batched: bool, whole: str) -> str | None:
     return None
 
 
-def rows_consumed(position: dict, rows_per_step: int) -> int:
+def rows_consumed(position: Position, rows_per_step: int) -> int:
     """Global rows consumed at ``position`` (``origin``: the row its pipeline started at)."""
-    return position["origin"] + position["step"] * rows_per_step
+    return int(position["origin"] + position["step"] * rows_per_step)
 
 
-def describe(backend: str, plan: Any, remainder: str, elastic: Elastic, position: dict) -> dict:
+def describe(backend: str, plan: Any, remainder: str, elastic: Elastic,
+             position: Position) -> State:
     """The JSON-serializable state of a loader at ``position`` (``step``, ``origin``,
     backend ``position``)."""
     rows_per_step = elastic.rows_per_step or plan.global_batch_size
@@ -154,7 +168,8 @@ def describe(backend: str, plan: Any, remainder: str, elastic: Elastic, position
     }
 
 
-def resume_point(state: Any, mine: dict, not_resumable: str | None, elastic: Elastic) -> dict:
+def resume_point(state: Any, mine: State, not_resumable: str | None,
+                 elastic: Elastic) -> Position:
     """Where a loader whose own state is ``mine`` continues from ``state``: the start of its next
     pass (``step``, ``origin``, backend ``position``). Raises a ValueError naming what differs.
     """
@@ -170,7 +185,7 @@ def resume_point(state: Any, mine: dict, not_resumable: str | None, elastic: Ela
     return start
 
 
-def _exact(state: dict, elastic: Elastic) -> dict:
+def _exact(state: State, elastic: Elastic) -> Position:
     """The same plan: the backend position continues (in a pipeline started at ``origin``)."""
     origin = state.get("origin", 0)
     if origin and elastic.from_row is None:
@@ -179,7 +194,8 @@ def _exact(state: dict, elastic: Elastic) -> dict:
     return {"step": state["step"], "origin": origin, "position": state["position"]}
 
 
-def _repositioned(state: dict, changed: list[tuple[str, Any, Any]], elastic: Elastic) -> dict:
+def _repositioned(state: State, changed: list[tuple[str, Any, Any]],
+                  elastic: Elastic) -> Position:
     """Another plan: the pipeline restarts at the state's global row, where it can."""
     other = "the state was taken under another plan: " + "; ".join(
         f"{key}={was} in the state, {key}={now} in this loader's plan" for key, was, now in changed)
@@ -200,7 +216,7 @@ def check_format(state: Any) -> None:
         raise ValueError(f"not a jaxload loader state (format {FORMAT!r}): {state!r:.200}")
 
 
-def check_unchanged(state: dict, mine: dict, keys: tuple[str, ...]) -> None:
+def check_unchanged(state: State, mine: State, keys: tuple[str, ...]) -> None:
     """What no resume can change: the backend, the remainder mode, the pipeline's length and
     fingerprint (where known on both sides: not for tf.data of a generator, say)."""
     for key in keys:

@@ -15,8 +15,10 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from jaxload._src import agreement, wire
+from jaxload._src.agreement import Reports
 from jaxload._src.whereabouts import Name
 
 _PARTS = ("wait", "backend", "agree", "assemble", "check")
@@ -74,7 +76,8 @@ class Stats:
         or ``"check"``."""
         if part not in _PARTS:
             raise ValueError(f"part={part!r} must be one of {_PARTS}")
-        return 1000 * getattr(self, f"{part}_s") / max(self.steps, 1)
+        seconds: float = getattr(self, f"{part}_s")
+        return 1000 * seconds / max(self.steps, 1)
 
     @property
     def ready_mean(self) -> float:
@@ -86,7 +89,7 @@ class Stats:
         """This process's batch bytes delivered per second of the loop's time."""
         return self.nbytes / self.elapsed_s if self.elapsed_s else 0.0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The totals plus the derived per-step means, JSON-serializable."""
         return {**dataclasses.asdict(self), **{f"{p}_ms_per_step": self.ms_per_step(p) for p in _PARTS},
                 "ready_mean": self.ready_mean, "bytes_per_s": self.bytes_per_s}
@@ -159,12 +162,12 @@ def gather(stats: Stats, name: Name, timeout_s: float) -> StatsSummary:
     point). The leader reads all; the others get back the slowest's numbers only."""
     gathered: dict[int, Stats] = {}
 
-    def decide(reports: dict[int, str]) -> tuple[str, bool]:
+    def decide(reports: Reports) -> tuple[str, bool]:
         gathered.update(reports.parsed(Stats))
         slowest = max(gathered.values(), key=_production_ms)
         return json.dumps({"slowest": dataclasses.asdict(slowest), "count": len(gathered)}), True
 
-    text = agreement.gather_once(name, json.dumps(dataclasses.asdict(stats)), decide, timeout_s)
+    text = agreement.gather(name, json.dumps(dataclasses.asdict(stats)), decide, timeout_s)
     key = f"{name.prefix}/0/decision"
     verdict = wire.loads(text, key=key, writer=0)
     if not isinstance(verdict, dict) or not isinstance(verdict.get("count"), int):

@@ -10,11 +10,12 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from jaxload._src.cluster import free_port, initialize, process_env
+from jaxload._src.validate import is_positive_int
 
 _TAIL_LINES = 30
 
@@ -93,14 +94,18 @@ def run(
       >>> jaxload.testing.run(where_am_i, num_processes=2, local_devices=4)  # doctest: +SKIP
       [(0, 4, 8), (1, 4, 8)]
     """
-    source = Path(sys.modules[fn.__module__].__file__).resolve()
+    file = sys.modules[fn.__module__].__file__
+    if file is None:
+        raise TypeError(f"{fn.__qualname__} is defined in {fn.__module__}, which has no file "
+                        "the processes could load it from")
+    source = Path(file).resolve()
     with tempfile.TemporaryDirectory(prefix="jaxload-run-") as tmp:
         args_file = Path(tmp, "args.pkl")
         args_file.write_bytes(pickle.dumps(tuple(args)))
         results = [Path(tmp, f"result{rank}.pkl") for rank in range(num_processes)]
 
         def command(rank: int) -> list[str]:
-            return [sys.executable, "-m", "jaxload.testing", str(source), fn.__qualname__,
+            return [sys.executable, "-m", "jaxload._src.testing", str(source), fn.__qualname__,
                     str(args_file), str(results[rank])]
 
         _launch(command, num_processes, local_devices, timeout_s)
@@ -113,7 +118,7 @@ def launch(
     num_processes: int,
     local_devices: int,
     timeout_s: float = 3600,
-    out=None,
+    out: TextIO | None = None,
 ) -> int:
     """Runs ``argv`` in each process, streaming its lines prefixed with ``[process index]``.
 
@@ -130,26 +135,13 @@ def launch(
       >>> sorted(out.getvalue().splitlines())     # the processes' lines interleave
       ['[0] hello', '[1] hello']
     """
-    out = out or sys.stdout
     _check_cluster(num_processes, local_devices)
     port = free_port()
     procs = [subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, text=True, errors="replace",
                               env=process_env(rank, num_processes, local_devices, port))
              for rank in range(num_processes)]
-    tails = [deque(maxlen=_TAIL_LINES) for _ in procs]
-    lock = threading.Lock()
-
-    def pump(rank: int) -> None:
-        for line in procs[rank].stdout:
-            tails[rank].append(line.rstrip("\n"))
-            with lock:
-                out.write(f"[{rank}] {line}")
-                out.flush()
-
-    pumps = [threading.Thread(target=pump, args=(rank,), daemon=True) for rank in range(len(procs))]
-    for t in pumps:
-        t.start()
+    pumps, tails = _stream(procs, out or sys.stdout)
     failure = _wait(procs, timeout_s, fail_fast=True)
     for t in pumps:
         t.join(timeout=5)
@@ -161,6 +153,27 @@ def launch(
         return 124
     code = procs[rank].returncode
     return 128 - code if code < 0 else code
+
+
+def _stream(procs: list[subprocess.Popen[str]], out: TextIO
+            ) -> tuple[list[threading.Thread], list[deque[str]]]:
+    """Starts a thread per process that copies its lines to ``out``, prefixed with its index;
+    returns the threads and, per process, its last lines."""
+    tails: list[deque[str]] = [deque(maxlen=_TAIL_LINES) for _ in procs]
+    lock = threading.Lock()
+
+    def pump(rank: int, lines: Iterable[str]) -> None:
+        for line in lines:
+            tails[rank].append(line.rstrip("\n"))
+            with lock:
+                out.write(f"[{rank}] {line}")
+                out.flush()
+
+    pumps = [threading.Thread(target=pump, args=(rank, proc.stdout), daemon=True)
+             for rank, proc in enumerate(procs)]
+    for t in pumps:
+        t.start()
+    return pumps, tails
 
 
 def _launch(command: Callable[[int], list[str]], num_processes: int, local_devices: int,
@@ -188,11 +201,11 @@ def _launch(command: Callable[[int], list[str]], num_processes: int, local_devic
 
 def _check_cluster(num_processes: int, local_devices: int) -> None:
     for name, value in (("num_processes", num_processes), ("local_devices", local_devices)):
-        if not isinstance(value, int) or value < 1:
+        if not is_positive_int(value):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _wait(procs: list[subprocess.Popen], timeout_s: float, fail_fast: bool,
+def _wait(procs: Sequence[subprocess.Popen[Any]], timeout_s: float, fail_fast: bool,
           ended_at: list[float | None] | None = None) -> tuple[str, int | None] | None:
     """Waits for all processes; at the timeout (or the first failure) kills the rest.
 
@@ -200,7 +213,7 @@ def _wait(procs: list[subprocess.Popen], timeout_s: float, fail_fast: bool,
     ``ended_at`` receives the ``time.time()`` at which each process was seen to end by itself.
     """
     deadline = time.monotonic() + timeout_s
-    failure = None
+    failure: tuple[str, int | None] | None = None
     while failure is None:
         codes = [p.poll() for p in procs]
         if ended_at is not None:
@@ -226,7 +239,7 @@ def _wait(procs: list[subprocess.Popen], timeout_s: float, fail_fast: bool,
     return failure
 
 
-def _describe(failure: str, procs: list[subprocess.Popen], logs: list[str]) -> str:
+def _describe(failure: str, procs: Sequence[subprocess.Popen[Any]], logs: list[str]) -> str:
     parts = [f"multi-process run failed: {failure}"]
     for rank, (proc, log) in enumerate(zip(procs, logs, strict=True)):
         tail = "\n".join(log.splitlines()[-_TAIL_LINES:])
@@ -238,10 +251,12 @@ def _worker(source: str, qualname: str, args_file: str, result_file: str) -> Non
     initialize()
     sys.path.insert(0, str(Path(source).parent))  # the file's own helper modules
     spec = importlib.util.spec_from_file_location(f"_jaxload_target_{Path(source).stem}", source)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {source} as a module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    fn = module
+    fn: Any = module
     for part in qualname.split("."):
         fn = getattr(fn, part)
     result = fn(*pickle.loads(Path(args_file).read_bytes()))

@@ -55,6 +55,22 @@ class Transport(Protocol):
     def delete(self, prefix: str) -> None: ...
 
 
+class KeyValueClient(Protocol):
+    """What a :class:`CoordinationTransport` calls of JAX's distributed runtime client."""
+
+    def key_value_set(self, key: str, value: str, allow_overwrite: bool = False) -> None: ...
+
+    def blocking_key_value_get(self, key: str, timeout_in_ms: int) -> str: ...
+
+    def key_value_try_get(self, key: str) -> str: ...
+
+    def key_value_dir_get(self, key: str) -> list[tuple[str, str]]: ...
+
+    def key_value_increment(self, key: str, increment: int) -> int: ...
+
+    def key_value_delete(self, key: str) -> None: ...
+
+
 class CoordinationTransport:
     """The coordination service's key-value store, through this process's client.
 
@@ -65,7 +81,7 @@ class CoordinationTransport:
       >>> transport.set("jaxload/example", "hello")               # doctest: +SKIP
     """
 
-    def __init__(self, client, process_index: int, process_count: int):
+    def __init__(self, client: KeyValueClient, process_index: int, process_count: int):
         self._client = client
         self.process_index = process_index
         self.process_count = process_count
@@ -140,7 +156,7 @@ class CoordinationTransport:
 class MemoryStore:
     """A key-value store shared by the :class:`MemoryTransport`\\ s of simulated processes."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.values: dict[str, str] = {}
         self._changed = threading.Condition()
 

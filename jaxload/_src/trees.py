@@ -14,14 +14,14 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias, TypeVar, Union
+from typing import Any, TypeAlias, TypeVar
 
 import jax
 import numpy as np
 
 L = TypeVar("L")
 
-PyTree: TypeAlias = Union[L, dict[Any, "PyTree[L]"], list["PyTree[L]"], tuple["PyTree[L]", ...]]
+PyTree: TypeAlias = L | dict[Any, "PyTree[L]"] | list["PyTree[L]"] | tuple["PyTree[L]", ...]
 """A leaf of type ``L``, or a dict / list / tuple of such pytrees."""
 
 HostBatch: TypeAlias = PyTree[np.ndarray]

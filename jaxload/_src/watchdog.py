@@ -39,101 +39,31 @@ default) or ``jaxload launch`` ends the others.
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import json
-import os
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
-from jaxload._src.agreement import PeerFailedError, failure_key, this_process_transport
+from jaxload._src.defaults import DEFAULT_EXIT_GRACE_S
+from jaxload._src.failures import (
+    EXIT_CODE,
+    Failure,
+    PipelineStuckError,
+    alarm_key,
+    announce,
+    end_process,
+    stuck_pipeline,
+)
+from jaxload._src.peers import PeerFailedError, this_process_transport
 from jaxload._src.transport import Transport, TransportClosed, TransportTimeout, TransportUnavailable
+
+__all__ = ("FIRST_BATCH_FACTOR", "WAKE_S", "Watchdog", "this_process")
 
 WAKE_S = 10.0  # the longest a watchdog's blocking read lasts: one RPC per process per WAKE_S
 FIRST_BATCH_FACTOR = 3  # the first batch of a pass may take this many times timeout_s
-DEFAULT_EXIT_GRACE_S = 10.0
-ON_FAILURE_MODES = ("exit", "raise")
-EXIT_CODE = 1
 _STOP = "stop"
-_LAST_WAIT_S = 5.0  # process 0 waits exit_grace_s + this for the others to end before it ends
-_STACK_LINES = 40
-
-
-class PipelineStuckError(TimeoutError):
-    """This process's pipeline produced no batch within its time limit; the message holds the
-    stack of the thread it is stuck in.
-
-    The limit is the loader's ``timeout_s`` per batch (the first batch of a pass: 3 x
-    ``timeout_s``). The other processes raise :class:`~jaxload.PeerFailedError` naming it.
-
-    Example:
-      >>> import grain
-      >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
-      ...                             global_batch_size=16, timeout_s=60)
-      >>> try:
-      ...     steps = sum(1 for batch in loader)
-      ... except jaxload.PipelineStuckError as e:    # no batch within 60 s: e has the stack
-      ...     print(e)
-      >>> steps
-      4
-    """
-
-
-@dataclasses.dataclass(frozen=True)
-class Failure:
-    """A failure as every process learns it.
-
-    Attributes:
-      process: the process that failed.
-      stage: what it was doing (``"loading"``, ``"assembling"``, ``"resharding"``, ...).
-      step: the step of the pass it was at.
-      error: ``"Type: message"`` of its exception.
-      exchange: the pass (its exchange's key prefix) the failure belongs to.
-      stuck: the pipeline produced nothing in time (``error`` holds the stack).
-    """
-
-    process: int
-    stage: str
-    step: int | None
-    error: str
-    exchange: str = ""
-    stuck: bool = False
-
-    @property
-    def text(self) -> str:
-        """``process 1 failed while loading step 60: ValueError: corrupt record 60``."""
-        at = "" if self.step is None else f" step {self.step}"
-        return f"process {self.process} failed while {self.stage}{at}: {self.error}"
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str, key: str) -> Failure:
-        """Parses an alarm; a malformed one names the key and is itself a failure."""
-        try:
-            fields = json.loads(text)
-            return cls(process=int(fields["process"]), stage=str(fields["stage"]),
-                       step=None if fields.get("step") is None else int(fields["step"]),
-                       error=str(fields["error"]), exchange=str(fields.get("exchange", "")),
-                       stuck=bool(fields.get("stuck", False)))
-        except (ValueError, KeyError, TypeError) as e:
-            return cls(process=-1, stage="writing an alarm", step=None,
-                       error=f"malformed value in {key!r} ({type(e).__name__}: {e}): {text[:200]!r}")
-
-
-def check_on_failure(on_failure: str, exit_grace_s: float) -> tuple[str, float]:
-    """Validates the ``on_failure`` and ``exit_grace_s`` loader options."""
-    if on_failure not in ON_FAILURE_MODES:
-        raise ValueError(f"on_failure={on_failure!r} must be 'exit' (raise, then end the process "
-                         "if it is still running exit_grace_s later) or 'raise' (raise only)")
-    if (isinstance(exit_grace_s, bool) or not isinstance(exit_grace_s, (int, float))
-            or not exit_grace_s >= 0):
-        raise ValueError(f"exit_grace_s={exit_grace_s!r} must be a number of seconds >= 0")
-    return on_failure, float(exit_grace_s)
 
 
 class _Read:
@@ -233,19 +163,7 @@ class Watchdog:
         if error is not None and self._own_error is None:
             self._own_error = error
         self._learn(failure)
-        t = self._transport
-        if t is None:
-            return True
-        try:
-            if failure.exchange and not t.set_once(failure_key(failure.exchange), failure.text):
-                return False
-            text = failure.to_json()
-            for p in range(t.process_count):
-                if p != t.process_index:
-                    t.set(_alarm_key(p), text)
-        except Exception:  # noqa: BLE001 - the process's own exception is what it raises
-            return False
-        return True
+        return True if self._transport is None else announce(self._transport, failure)
 
     # -- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
@@ -256,7 +174,7 @@ class Watchdog:
                 self._stopping.wait(wait)
                 self._check_reads()
                 continue
-            key = _alarm_key(self.process_index)
+            key = alarm_key(self.process_index)
             try:
                 self.rpcs += 1
                 value = t.get(key, wait)
@@ -287,12 +205,8 @@ class Watchdog:
         now = time.monotonic()
         for read in list(self._reads.values()):
             if now >= read.deadline and read.exchange not in self._failures:
-                self.publish(Failure(
-                    self.process_index, "loading", read.step,
-                    f"PipelineStuckError: its pipeline is stuck: no batch after "
-                    f"{read.limit_s:g} s (timeout_s). "
-                    f"Stack of thread {read.thread.name!r}:\n{_stack(read.thread)}",
-                    read.exchange, stuck=True))
+                self.publish(stuck_pipeline(self.process_index, read.exchange, read.step,
+                                            read.limit_s, read.thread))
 
     def _learn(self, failure: Failure) -> None:
         with self._lock:
@@ -317,31 +231,11 @@ class Watchdog:
                   "possibly inside a collective that cannot complete (on_failure='exit').",
                   own_error=True)
 
-    def _end(self, message: str, own_error: bool = False) -> None:
-        """Prints ``message`` (and this process's own exception) and ends the process.
-
-        Process 0 hosts the coordination service, so it ends last: it waits (at most
-        ``exit_grace_s`` + :data:`_LAST_WAIT_S`) until every other process has ended, so that
-        none is cut off from the service before it could say why it ends."""
-        try:
-            if own_error and self._own_error is not None:  # the loop never got to raise it
-                traceback.print_exception(self._own_error, file=sys.stderr)
-            print(message, file=sys.stderr, flush=True)
-            sys.stdout.flush()
-        except Exception:  # noqa: BLE001 - ending matters more than printing
-            pass
-        t = self._transport
-        if t is not None and t.process_count > 1:
-            try:
-                if t.process_index != 0:
-                    if t.increment("jaxload/alarm/ended") >= t.process_count - 1:
-                        t.set("jaxload/alarm/all_ended", "")
-                else:
-                    _, grace_s = self.failure_mode
-                    t.get("jaxload/alarm/all_ended", grace_s + _LAST_WAIT_S)
-            except Exception:  # noqa: BLE001 - bounded: a killed process never ends here
-                pass
-        os._exit(EXIT_CODE)
+    def _end(self, message: str, own_error: bool = False) -> NoReturn:
+        """Ends the process (:func:`~jaxload._src.failures.end_process`), printing ``message``
+        and, with ``own_error``, this process's own exception."""
+        end_process(self._transport, message, self._own_error if own_error else None,
+                    self.failure_mode[1])
 
     def _mode(self, failure: Failure | None) -> tuple[str, float]:
         return self._open.get(failure.exchange if failure else "", self._last_mode)
@@ -374,22 +268,10 @@ class Watchdog:
             return
         if t is not None:
             try:  # wakes the blocking read at once
-                t.set(_alarm_key(self.process_index), _STOP)
+                t.set(alarm_key(self.process_index), _STOP)
             except Exception:  # noqa: BLE001 - the read ends by itself within WAKE_S
                 pass
         thread.join(timeout=self._wake_s + 1)
-
-
-def _alarm_key(process: int) -> str:
-    return f"jaxload/alarm/{process}"
-
-
-def _stack(thread: threading.Thread) -> str:
-    frame = sys._current_frames().get(thread.ident or -1)
-    if frame is None:
-        return "  (the thread has ended)"
-    lines = "".join(traceback.format_stack(frame)).rstrip().splitlines()
-    return "\n".join(lines[-_STACK_LINES:])
 
 
 _this_process: list[Watchdog] = []
@@ -401,9 +283,3 @@ def this_process() -> Watchdog:
     if not _this_process:
         _this_process.append(Watchdog(this_process_transport()))
     return _this_process[0]
-
-
-def add_note(error: BaseException, text: str) -> None:
-    """Adds ``text`` to ``error``'s traceback (PEP 678, Python 3.11+), keeping its type."""
-    if hasattr(error, "add_note") and text not in getattr(error, "__notes__", ()):
-        error.add_note(text)

@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import threading
+import types
 from typing import NamedTuple
 
 from jaxload._src import wire
@@ -105,7 +106,7 @@ _loaders: dict[str, int] = {}  # loader name -> loaders built under it on this p
 def call_site() -> str:
     """``train.py:42``: the line of the user's program that called into jaxload."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # jaxload/
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame = frame.f_back
     if frame is None:
@@ -200,7 +201,8 @@ def where_others_wait(t: Transport) -> str:
 
 def ranges(indices: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``'0-2, 5'``: readable with thousands of processes."""
-    parts, start = [], None
+    parts: list[str] = []
+    start: int | None = None
     for i, p in enumerate(indices):
         if start is None:
             start = p

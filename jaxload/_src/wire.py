@@ -62,7 +62,8 @@ def from_fields(cls: type[T], value: Any, text: str, *, key: str, writer: int | 
     """:func:`fields_of` for a value already parsed from ``text``."""
     if not isinstance(value, dict):
         raise _malformed(text, key, writer, "not a JSON object")
-    hints = _hints(cls)
+    dataclass: type = cls  # as a key of _hints' cache
+    hints = _hints(dataclass)
     for name, field_value in value.items():
         if name not in hints:
             raise _malformed(text, key, writer, f"unknown field {name!r}")

@@ -96,7 +96,7 @@ else:
         return {"x": tf.ensure_shape(x, [3])}
 
     if faulty and args.fault == "assembly":
-        from jaxload import passes
+        from jaxload._src import passes
 
         build_global, calls = passes.build_global, [0]
 

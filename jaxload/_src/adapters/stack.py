@@ -9,11 +9,10 @@ import jax
 import numpy as np
 
 from jaxload._src.assemble import aligned_empty, leaf_name
+from jaxload._src.trees import HostBatch, PyTree
 
-PyTree = Any
 
-
-def stack_elements(elements: Sequence[PyTree]) -> PyTree:
+def stack_elements(elements: Sequence[PyTree[Any]]) -> HostBatch:
     """``np.stack`` of each feature over ``elements``; a ValueError naming what differs.
 
     Example:
@@ -21,7 +20,8 @@ def stack_elements(elements: Sequence[PyTree]) -> PyTree:
       (2, 2)
     """
     try:
-        return jax.tree_util.tree_map(_stack, elements[0], *elements[1:])
+        batch: HostBatch = jax.tree_util.tree_map(_stack, elements[0], *elements[1:])
+        return batch
     except (ValueError, TypeError) as e:
         raise ValueError(_describe_mismatch(elements)) from e
 
@@ -44,14 +44,14 @@ def _stack(*xs: Any) -> np.ndarray:
     return out
 
 
-def _features(element: PyTree) -> dict[str, tuple]:
+def _features(element: PyTree[Any]) -> dict[str, tuple[int, ...]]:
     return {
         leaf_name(path): np.shape(leaf)
         for path, leaf in jax.tree_util.tree_flatten_with_path(element)[0]
     }
 
 
-def _describe_mismatch(elements: Sequence[PyTree]) -> str:
+def _describe_mismatch(elements: Sequence[PyTree[Any]]) -> str:
     first = _features(elements[0])
     for i, element in enumerate(elements[1:], start=1):
         features = _features(element)

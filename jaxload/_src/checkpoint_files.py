@@ -1,0 +1,98 @@
+"""Where a loader's state is kept in a checkpoint directory, and Orbax v1's ``save``/``load``
+of it (:class:`jaxload._src.checkpointable.Checkpointable` calls them); needs ``etils`` (Orbax's).
+
+The loader is typed by what these functions use of it (:class:`Stateful`), so that this module
+does not import :mod:`jaxload._src.loader`, which imports it through ``Checkpointable``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+import jax
+
+try:
+    from etils import epath
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("jaxload.checkpoint needs orbax-checkpoint: pip install jaxload[orbax]") from e
+
+_FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
+
+
+class Stateful(Protocol):
+    """What is saved and restored: a :class:`~jaxload.Loader`."""
+
+    def get_state(self) -> dict[str, Any]: ...
+
+    def set_state(self, state: dict[str, Any]) -> None: ...
+
+
+def state_file(directory: Any, process_index: int, process_count: int) -> epath.Path:
+    """Where process ``process_index`` of ``process_count`` keeps its loader state.
+
+    Example:
+      >>> str(jaxload.checkpoint.state_file("/ckpt/1/data", 0, 2))
+      '/ckpt/1/data/process_0-of-2.json'
+    """
+    return epath.Path(directory) / f"process_{process_index}-of-{process_count}.json"
+
+
+def saved_state(directory: Any) -> dict[str, Any]:
+    """The state this process continues from: its own file when the run has the same process
+    count, otherwise the lowest-numbered process's (every process records the same global row).
+
+    Example:
+      >>> import grain, json, tempfile
+      >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
+      ...                             global_batch_size=16)
+      >>> batches = iter(loader)
+      >>> first, second = next(batches), next(batches)
+      >>> directory = tempfile.mkdtemp()
+      >>> path = jaxload.checkpoint.state_file(directory, 0, 2)  # as process 0 of 2 wrote it
+      >>> chars = path.write_text(json.dumps(loader.get_state()))
+      >>> jaxload.checkpoint.saved_state(directory)["rows"]      # read by 1 process of 1
+      32
+    """
+    path = state_file(directory, jax.process_index(), jax.process_count())
+    if not path.exists():
+        files = sorted((int(m[1]), p) for p in epath.Path(directory).iterdir()
+                       if (m := _FILE.fullmatch(p.name)))
+        if not files:
+            raise FileNotFoundError(
+                f"no jaxload loader state (process_<i>-of-<n>.json) in {directory}")
+        path = files[0][1]
+    state: dict[str, Any] = json.loads(path.read_text())
+    return state
+
+
+async def save_v1(loader: Stateful, directory: Any) -> Coroutine[Any, Any, None]:
+    """Orbax v1 (``StatefulCheckpointable.save``): the state is taken now, on the calling thread;
+    the returned awaitable writes this process's file once Orbax has created the directory.
+
+    Orbax calls it through :meth:`jaxload.Loader.save` (whose docstring has the example).
+    """
+    state = loader.get_state()
+
+    async def write() -> None:
+        path = await directory.await_creation()
+        state_file(path, jax.process_index(), jax.process_count()).write_text(
+            json.dumps(state, indent=1))
+
+    return write()
+
+
+async def load_v1(loader: Stateful, directory: Any) -> Coroutine[Any, Any, None]:
+    """Orbax v1 (``StatefulCheckpointable.load``): ``set_state`` from the saved state, also one
+    saved on another process count (see :func:`saved_state`).
+
+    Orbax calls it through :meth:`jaxload.Loader.load` (whose docstring has the example).
+    """
+    loader.set_state(saved_state(directory))
+
+    async def done() -> None:
+        return None
+
+    return done()

@@ -1,0 +1,62 @@
+"""What a check compares across processes: a fingerprint of every addressable shard (BLAKE2b of
+its bytes, shape and dtype: the same on every process and machine), with where it lies."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from jaxload._src.assemble import leaf_name
+from jaxload._src.trees import GlobalBatch
+
+
+def fingerprint(data: np.ndarray) -> str:
+    """A stable 64-bit fingerprint of an array's bytes, shape and dtype (hex).
+
+    Example:
+      >>> a = np.arange(4, dtype=np.int32)
+      >>> jaxload.check.fingerprint(a) == jaxload.check.fingerprint(a.copy())
+      True
+      >>> jaxload.check.fingerprint(a) == jaxload.check.fingerprint(a.astype(np.int64))
+      False
+      >>> len(jaxload.check.fingerprint(a))
+      16
+    """
+    data = np.asarray(data)
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"{data.dtype.str}{data.shape}".encode())
+    h.update(np.ascontiguousarray(data).reshape(-1).view(np.uint8))  # bytes of any dtype, no copy
+    return h.hexdigest()
+
+
+class ShardRecord(NamedTuple):
+    """One addressable shard as the processes compare it (a JSON list in a check's report)."""
+
+    leaf: str  # the leaf's name in the batch
+    start: int  # the rows [start, stop) it holds
+    stop: int
+    indices: str  # its full index (start and stop per dim), as JSON
+    device: int  # the id of the device that holds it
+    fingerprint: str
+    constant: bool  # it holds a single repeated value (only computed for ``distinct``)
+
+
+def shard_records(tree: GlobalBatch, constant_flags: bool) -> list[ShardRecord]:
+    """Per addressable shard: leaf name, rows start and stop, full index, device id, fingerprint,
+    and (only if ``constant_flags``, for ``distinct``) whether it holds a single repeated value."""
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if not isinstance(leaf, jax.Array):
+            raise TypeError(f"{leaf_name(path)} is a {type(leaf).__name__}, not a jax.Array")
+        for shard in leaf.addressable_shards:
+            index = [s.indices(n)[:2] for s, n in zip(shard.index, leaf.shape, strict=True)]
+            start, stop = index[0] if index else (0, 1)
+            data = np.asarray(shard.data)
+            constant = constant_flags and bool(data.size == 0 or (data == data.flat[0]).all())
+            out.append(ShardRecord(leaf_name(path), start, stop, json.dumps(index),
+                                   shard.device.id, fingerprint(data), constant))
+    return out

@@ -1,0 +1,228 @@
+"""One pass of a loader as the training loop sees it: :class:`LoaderIterator`.
+
+The iterator hands the pass's batches to the loop, reshards them (``load_once``) and checks them
+on the loop's thread, and tells the loader the position after each batch. What the pass needs
+it gets at the start in a :class:`PassContext`, so that neither holds the other: a pass dropped
+by the loop (a ``break``) is closed at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Generator, Iterable
+from typing import TYPE_CHECKING, Any
+
+import jax
+
+from jaxload._src import check, failures, watchdog
+from jaxload._src.agreement import Exchange, PeerFailedError
+from jaxload._src.config import LoaderConfig
+from jaxload._src.passes import Handout, Pass
+from jaxload._src.plan import Plan
+from jaxload._src.prefetch import closer, prefetched
+from jaxload._src.records import Recorder
+from jaxload._src.stage import Stage
+from jaxload._src.state import START
+from jaxload._src.stats import Stats, timed
+from jaxload._src.trees import GlobalBatch, HostBatch
+
+if TYPE_CHECKING:
+    from jaxload._src.loader import Loader
+
+@dataclasses.dataclass(frozen=True)
+class LoopFailure:
+    """A failure on the loop's side of a pass (the reshard), which the pass reports to the
+    other processes when it is closed."""
+
+    error: BaseException
+    stage: Stage
+    step: int
+
+
+@dataclasses.dataclass
+class PassContext:
+    """What one pass works with, given to it when it starts.
+
+    Attributes:
+      exchange: the pass's exchange with the other processes (its rounds).
+      plan, config: what this process loads, and the loader's options.
+      start: where the pass starts: ``step``, ``origin`` (global row), backend ``position``.
+      stats, recorder: the loader's, which the pass adds to.
+      watchdog: this process's (failures, stuck reads).
+      waiting: set while the loop waits in ``next()`` (blocked on the pass's rounds).
+      failure: the loop's own failure, if one ended the pass.
+    """
+
+    exchange: Exchange
+    plan: Plan
+    config: LoaderConfig
+    start: dict[str, Any]
+    stats: Stats
+    recorder: Recorder
+    watchdog: watchdog.Watchdog
+    waiting: threading.Event = dataclasses.field(default_factory=threading.Event)
+    failure: LoopFailure | None = None
+
+
+class LoaderIterator:
+    """One pass of a :class:`Loader`: an iterator of global batches with :meth:`close`.
+
+    Example:
+      >>> import grain
+      >>> loader = jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
+      ...                             global_batch_size=16)
+      >>> with iter(loader) as batches:       # one pass; stopped after 2 steps
+      ...     for step, batch in zip(range(2), batches):
+      ...         print(step, np.asarray(batch)[:3])
+      0 [0 1 2]
+      1 [16 17 18]
+      >>> # leaving the block closed the pass: the other processes end it too
+    """
+
+    def __init__(self, loader: Loader, context: PassContext,
+                 source: Iterable[tuple[HostBatch, Any]]):
+        self._loader, self._context = loader, context
+        config, dog = context.config, context.watchdog
+        dog.start()  # here, not in __del__: a finalizer must not start threads
+        dog.opened(context.exchange.prefix, config.on_failure, float(config.exit_grace_s))
+        run = Pass(context, source)
+        stats, prefix = context.stats, context.exchange.prefix
+
+        def count_ready(n: int) -> None:
+            stats.ready_sum += n
+
+        self._items: Generator[Handout, None, None] = (
+            prefetched(run.__iter__, config.prefetch, on_request=count_ready,
+                       interrupt=lambda: dog.interruption(prefix))
+            if config.prefetch else iter(run))
+        self._closed = False
+        self._last = time.perf_counter()
+        closer.start()  # here, not in __del__: a finalizer must not start threads
+
+    def __iter__(self) -> LoaderIterator:
+        return self
+
+    def __next__(self) -> GlobalBatch:
+        if self._closed:
+            raise StopIteration
+        context = self._context
+        asked = time.perf_counter()
+        interruption = context.watchdog.interruption(context.exchange.prefix)
+        if interruption is not None:  # a peer failed (or this pipeline is stuck): no RPC here
+            self.close()
+            raise interruption
+        context.waiting.set()
+        try:
+            handout = next(self._items)
+        except StopIteration:
+            self._ended()
+            self._loader._handed_out(START)  # a finished pass: the next one starts at 0
+            raise
+        except BaseException:
+            self._ended()  # the pass reported the failure itself
+            raise
+        finally:
+            context.waiting.clear()
+        batch = self._on_loop_side(handout)
+        context.recorder.handed_out(handout.step)
+        self._loader._handed_out({**context.start, **handout.position})  # and the origin
+        now, stats = time.perf_counter(), context.stats
+        stats.steps += 1
+        stats.wait_s += now - asked
+        stats.elapsed_s += now - self._last
+        stats.nbytes += handout.nbytes
+        self._last = now
+        return batch
+
+    def _on_loop_side(self, handout: Handout) -> GlobalBatch:
+        """Reshards (``load_once``) and checks a batch on the loop's thread: both are
+        collectives, issued here in program order with the training step's own."""
+        loader, batch, stats = self._loader, handout.batch, self._context.stats
+        if loader._reshard is not None:
+            with timed(stats, "assemble"):
+                batch = self._resharded(handout)
+        if handout.checks:
+            with timed(stats, "check"):
+                self._check(handout.checks, batch)
+        return batch
+
+    def _check(self, checks: str, batch: GlobalBatch) -> None:
+        loader, timeout_s = self._loader, self._context.config.timeout_s
+        # one series per pass (its checks are counted in it): what this process remembers of
+        # the exchanges it created stays one entry per pass
+        at = f"{loader.name}.pass{self._context.exchange.name.ordinal}"
+        try:
+            if checks == "plan+batch":
+                check.plan(loader.layout, loader.plan.global_batch_size, timeout_s=timeout_s,
+                           name=at)
+            check.batch(batch, timeout_s=timeout_s, name=at)
+        except Exception:
+            # a check is an exchange of its own: its verdict, or a process's failure to
+            # compute it, reached every process already
+            self.close()
+            raise
+
+    def _resharded(self, handout: Handout) -> GlobalBatch:
+        """The ``load_once`` reshard, a collective of every process.
+
+        A process whose reshard fails says so at once (:meth:`Exchange.mark_failed`), then
+        still joins the collective, with zeros, so that no other process is left inside it;
+        the others read that mark after their reshard returns and raise instead of handing
+        the batch out (with XLA:CPU's synchronous collectives that read always sees the mark;
+        where dispatch is asynchronous the round after the window reports it in any case).
+        """
+        loader, context = self._loader, self._context
+        assert loader._reshard is not None
+        try:
+            batch: GlobalBatch = loader._reshard(handout.batch)
+        except Exception as e:
+            self._fail_reshard(e, handout)
+            raise
+        failed = context.exchange.failed()
+        if failed is not None:
+            self.close()
+            raise PeerFailedError(failed)
+        return batch
+
+    def _fail_reshard(self, error: Exception, handout: Handout) -> None:
+        context = self._context
+        failure = failures.Failure(jax.process_index(), Stage.RESHARDING, handout.step,
+                                   f"{type(error).__name__}: {error}", context.exchange.prefix)
+        context.watchdog.publish(failure, error)  # also what the others read after the collective
+        failures.add_note(error, f"jaxload: {failure.text} (told every process)")
+        try:
+            zeros = jax.tree_util.tree_map(jax.numpy.zeros_like, handout.batch)
+            jax.device_put(zeros, self._loader.layout.shardings(zeros))
+        except Exception:  # noqa: BLE001 - the original failure is what is raised
+            pass
+        context.failure = LoopFailure(error, Stage.RESHARDING, handout.step)
+        self.close()
+
+    def close(self) -> None:
+        """Ends this pass on this process; the others end it at their next round.
+
+        Idempotent; also called by ``with``, the next ``iter(loader)`` and ``loader.close()``.
+        """
+        if self._closed:
+            return
+        self._ended()
+        self._items.close()
+
+    def _ended(self) -> None:
+        self._closed = True
+        self._context.watchdog.closed(self._context.exchange.prefix)
+
+    def __enter__(self) -> LoaderIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Dropped without close() (a `break` out of a for loop): closing may exchange with the
+        # other processes, which must not happen inside a finalizer, so a thread does it.
+        if not getattr(self, "_closed", True):
+            self._ended()
+            closer.close_later(self._items)

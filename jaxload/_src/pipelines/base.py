@@ -1,0 +1,70 @@
+"""The contract between a source and the loader: :class:`Pipeline`.
+
+A pipeline is one loading group's share of the user's data, sharded and batched to the plan's
+``local_batch_size``: :meth:`Pipeline.batches` starts it at a backend position and yields this
+process's numpy batches, each with the position after it. The loader never looks inside: what
+a kind of source can do (say how long it is, read by index, start at a global row on another
+topology) it states in these attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+
+from jaxload._src.state import Elastic
+from jaxload._src.trees import HostBatch, PyTree
+
+LocalSpec = PyTree[jax.ShapeDtypeStruct]
+"""A per-process batch's shapes and dtypes (leading dim: ``local_batch_size``)."""
+
+
+@runtime_checkable
+class Pipeline(Protocol):
+    """One loading group's batches of a source.
+
+    Attributes:
+      backend: the kind of source, recorded in states (a state resumes the same kind only).
+      by_index: whether batches are read by index: a pass then knows its step count up front
+        (:class:`Batches` ``length``) and reads each batch only when it is due.
+      elastic: how the pipeline starts at a global row (a state from another topology), its
+        length in elements where known, or why it cannot (:class:`jaxload._src.state.Elastic`).
+      not_resumable: why ``set_state`` cannot work at all with this source, or None.
+    """
+
+    backend: str
+    by_index: bool
+    elastic: Elastic
+    not_resumable: str | None
+
+    def batches(self, position: Any) -> Iterable[tuple[HostBatch, Any]]:
+        """This group's batches from a backend position (None: the start), each with the
+        backend position after it (JSON-serializable)."""
+        ...
+
+    def spec(self) -> LocalSpec | None:
+        """A per-process batch's spec without reading data, where the source declares it
+        (tf.data's ``element_spec``); None: the loader reads a first batch instead."""
+        ...
+
+
+class Batches:
+    """A pass's per-process batches, ``(batch, backend position after it)``, and where known
+    how many there are (``protocol.INFINITE``: no end).
+
+    Example:
+      >>> import itertools
+      >>> batches = [{"x": np.zeros((4, 2))}, {"x": np.ones((4, 2))}]   # per-process batches
+      >>> source = Batches(zip(batches, itertools.count(1)), length=len(batches))
+      >>> [position for batch, position in source], source.length
+      ([1, 2], 2)
+    """
+
+    def __init__(self, batches: Iterable[tuple[HostBatch, Any]], length: int | None = None):
+        self._batches = batches
+        self.length = length
+
+    def __iter__(self) -> Iterator[tuple[HostBatch, Any]]:
+        return iter(self._batches)

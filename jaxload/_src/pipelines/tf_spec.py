@@ -1,0 +1,58 @@
+"""A tf.data pipeline's element spec, checked before any data is read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from jaxload._src.assemble import leaf_name
+from jaxload._src.remainder import DROP
+from jaxload._src.trees import PyTree
+
+
+def check_element_spec(element_spec: Any, batch_rows: int | None, remainder: str) -> None:
+    """Rejects, before any data is read, features that cannot form a static-shape jax.Array.
+
+    ``batch_rows``: the leading dim every feature must have if the elements are batches already.
+    """
+    import tensorflow as tf
+
+    for path, spec in jax.tree_util.tree_flatten_with_path(element_spec)[0]:
+        name = leaf_name(path)
+        if not isinstance(spec, tf.TensorSpec):
+            raise TypeError(
+                f"feature {name} is a {type(spec).__name__}; only dense tensors can be loaded "
+                "(convert ragged/sparse features to dense in the pipeline)")
+        if spec.dtype in (tf.string, tf.variant, tf.resource):
+            raise TypeError(
+                f"feature {name} has dtype {spec.dtype.name}; only numeric and bool features can "
+                "be loaded into jax.Arrays. Decode or drop it in the pipeline.")
+        if batch_rows is not None:
+            spec = _unbatched(spec, name, batch_rows, remainder)
+        if not spec.shape.is_fully_defined():
+            raise ValueError(
+                f"feature {name} has shape {spec.shape} with unknown dimensions; jax.Arrays need "
+                "static shapes. Pad or crop it to a fixed shape in the pipeline (e.g. "
+                "tf.ensure_shape after padding).")
+
+
+def _unbatched(spec: Any, name: str, batch_rows: int, remainder: str) -> Any:
+    """An already-batched feature's spec without its leading dim, which must be ``batch_rows``."""
+    import tensorflow as tf
+
+    leading = spec.shape[0] if spec.shape.rank else "no leading dim"
+    if leading != batch_rows and not (leading is None and remainder != DROP):
+        raise ValueError(
+            f"feature {name} of the already-batched dataset has shape {spec.shape}; "
+            f"with batched=True its leading dim must be local_batch_size={batch_rows} "
+            "(batch with drop_remainder=True), or pass the unbatched dataset.")
+    return tf.TensorSpec(spec.shape[1:], spec.dtype)
+
+
+def batch_spec(element_spec: Any, rows: int, batched: bool) -> PyTree[jax.ShapeDtypeStruct]:
+    """A per-process batch of ``rows`` rows as ``jax.ShapeDtypeStruct`` leaves: nothing read."""
+    spec: PyTree[jax.ShapeDtypeStruct] = jax.tree_util.tree_map(
+        lambda s: jax.ShapeDtypeStruct((rows, *(s.shape[1:] if batched else s.shape)),
+                                       s.dtype.as_numpy_dtype), element_spec)
+    return spec

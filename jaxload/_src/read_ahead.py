@@ -1,0 +1,98 @@
+"""Stage 1 of a pass: this process's batches, read ahead and validated."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager as ContextManager
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from jaxload._src import signature
+from jaxload._src.assemble import check_local_batch
+from jaxload._src.plan import Plan
+from jaxload._src.records import Recorder
+from jaxload._src.remainder import check_paddable
+from jaxload._src.stats import Stats, timed
+from jaxload._src.trees import HostBatch
+
+
+class Local(NamedTuple):
+    """A validated per-process batch: its tree structure, numpy leaves and backend position."""
+
+    treedef: Any
+    leaves: list[np.ndarray]
+    position: Any
+
+
+class ReadAhead:
+    """Stage 1: this process's batches, read ahead and validated.
+
+    ``source`` yields ``(batch, backend position after it)``; its optional ``length`` attribute
+    is how many batches it holds (``protocol.INFINITE`` for no end). ``watch(step, first)``
+    wraps each read, so that the watchdog finds a pipeline stuck in it.
+    """
+
+    def __init__(self, source: Iterable[tuple[HostBatch, Any]], plan: Plan, pad: bool, stats: Stats,
+                 first_step: int,
+                 recorder: Recorder | None = None,
+                 watch: Callable[[int, bool], ContextManager[None]] | None = None):
+        self.length = getattr(source, "length", None)
+        self._source = iter(source)
+        self._plan, self._pad, self._stats = plan, pad, stats
+        self._recorder = recorder
+        self.ahead: collections.deque[Local] = collections.deque()
+        self.exhausted = False
+        self.validating = False  # a batch read is being checked before assembly
+        self.signature: str | None = None  # this pass's batch signature (JSON)
+        self.digest: str | None = None
+        self.nbytes = 0
+        self._key: tuple[Any, tuple[tuple[str, tuple[int, ...]], ...]] | None = None
+        self.next_step = self._first_step = first_step  # the step of the next batch read
+        self._watch = watch or (lambda step, first: contextlib.nullcontext())
+
+    def fill(self, n: int) -> None:
+        """Reads until ``n`` batches are ready or the pipeline ends."""
+        while len(self.ahead) < n and not self.exhausted:
+            first = self.next_step == self._first_step
+            with timed(self._stats, "backend"), self._watch(self.next_step, first):
+                local, position = next(self._source, (None, None))
+                if local is None:
+                    self.exhausted = True
+                    return
+            self.validating = True
+            self.ahead.append(self._validated(local, position))
+            self.validating = False
+
+    def take(self) -> Local | None:
+        """The next batch (read now if none is ahead), or None when the pipeline has ended."""
+        if not self.ahead:
+            self.fill(1)
+        return self.ahead.popleft() if self.ahead else None
+
+    def _validated(self, local: HostBatch, position: Any) -> Local:
+        if self._pad:
+            check_paddable(local)
+        if self._recorder is not None:
+            self._recorder.check(local)
+        named = check_local_batch(local, self._plan, partial=self._pad)
+        leaves = [a for _, a in named]
+        treedef = jax.tree_util.tree_structure(local)
+        key = (treedef, tuple((a.dtype.str, a.shape[1:]) for a in leaves))
+        if self._key is None:
+            self._key = key
+            self.signature = signature.describe(jax.tree_util.tree_unflatten(treedef, leaves))
+            self.digest = signature.digest(self.signature)
+            self.nbytes = sum(a.nbytes for a in leaves)
+        elif key != self._key and self.signature is not None:
+            now = signature.describe(jax.tree_util.tree_unflatten(treedef, leaves))
+            raise ValueError(
+                f"the batch at step {self.next_step} differs from the first one: "
+                f"{signature.differences(self.signature, now, self._first_step)}. Features need one static "
+                "shape and dtype (pad or crop variable-length features in the pipeline); a "
+                "changing shape would also recompile the training step.")
+        self.next_step += 1
+        return Local(treedef, leaves, position)
