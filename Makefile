@@ -47,6 +47,7 @@ demo: install
 bench: install
 	$(PY) benchmarks/bench.py
 	$(PY) benchmarks/watchdog_cost.py
+	$(PY) benchmarks/head_start.py
 
 lint: install
 	$(PY) -m ruff check jaxload tests examples

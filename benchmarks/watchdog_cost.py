@@ -20,6 +20,8 @@ import contextlib
 import statistics
 from pathlib import Path
 
+from sections import write_section
+
 import jaxload.testing
 
 ROWS, STEPS = 256, 1000
@@ -113,15 +115,7 @@ def main() -> None:
               "| processes | coordinator bytes per step | watchdog reads |", "|---|---|---|"]
     lines += scale
     text = "\n".join(lines) + "\n"
-    out = Path(args.out)
-    old = out.read_text() if out.exists() else ""
-    if SECTION in old:
-        head, rest = old.split(SECTION, 1)
-        # keep any section written after this one by another script
-        tail = rest[rest.index("<!--"):] if "<!--" in rest else ""
-        old = head.rstrip("\n") + "\n"
-        text = text + ("\n" + tail if tail else "")
-    out.write_text(old + "\n" + text)
+    write_section(Path(args.out), SECTION, text)
     print(text)
 
 

@@ -7,7 +7,12 @@ selection stays fast.
 """
 
 import os
+import platform
 import subprocess
+
+# platform.processor() runs `uname -p` once and caches it; h5py asks for it when TensorFlow is
+# first imported, which may happen inside an unmarked test
+platform.processor()
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

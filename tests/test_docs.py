@@ -25,7 +25,7 @@ import pytest
 import jaxload
 
 ROOT = Path(__file__).resolve().parent.parent
-PUBLIC_MODULES = ("check", "checkpoint", "testing", "cli")  # documented whole, besides __all__
+PUBLIC_MODULES = ("check", "checkpoint", "testing", "cli", "metrics")  # documented whole, besides __all__
 HEADING = re.compile(r'<h([1-6]) id="([^"]+)" class="doc doc-heading">(.*?)</h\1>', re.S)
 
 

@@ -56,9 +56,13 @@ def test_the_index_position_is_the_next_batch():
     it = iter(loader)
     next(it), next(it)
     assert loader.get_state()["position"] == {"next_batch": 2}
-    loader.set_state({**loader.get_state(), "position": {"next_index": 2}})
+    bad = {**loader.get_state(), "position": {"next_index": 2}}
+    loader.set_state(bad, head_start=False)
     with pytest.raises(ValueError, match=r"position is \{'next_batch': <int>\}, got"):
         next(iter(loader))
+    # with the head start, the pass starts (and the position is refused) in set_state
+    with pytest.raises(ValueError, match=r"position is \{'next_batch': <int>\}, got"):
+        loader.set_state(bad)
 
 
 def test_no_thread_is_started_unless_read_options_ask_for_it():

@@ -21,7 +21,7 @@ from jaxload._src.agreement import Exchange, PeerFailedError
 from jaxload._src.config import LoaderConfig
 from jaxload._src.passes import Handout, Pass
 from jaxload._src.plan import Plan
-from jaxload._src.prefetch import closer, prefetched
+from jaxload._src.prefetch import Prefetched, closer, prefetched
 from jaxload._src.records import Recorder
 from jaxload._src.stage import Stage
 from jaxload._src.state import START
@@ -93,7 +93,7 @@ class LoaderIterator:
         def count_ready(n: int) -> None:
             stats.ready_sum += n
 
-        self._items: Generator[Handout, None, None] = (
+        self._items: Prefetched[Handout] | Generator[Handout, None, None] = (
             prefetched(run.__iter__, config.prefetch, on_request=count_ready,
                        interrupt=lambda: dog.interruption(prefix))
             if config.prefetch else iter(run))
@@ -103,6 +103,16 @@ class LoaderIterator:
 
     def __iter__(self) -> LoaderIterator:
         return self
+
+    def start(self) -> None:
+        """Starts reading (and agreeing, assembling) in the background now, before the first
+        ``next()``, where the loader prefetches; else does nothing."""
+        if isinstance(self._items, Prefetched) and not self._closed:
+            self._items.start()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def __next__(self) -> GlobalBatch:
         if self._closed:
@@ -130,7 +140,7 @@ class LoaderIterator:
         self._loader._handed_out({**context.start, **handout.position})  # and the origin
         now, stats = time.perf_counter(), context.stats
         stats.steps += 1
-        stats.wait_s += now - asked
+        stats.waited(now - asked)
         stats.elapsed_s += now - self._last
         stats.nbytes += handout.nbytes
         self._last = now

@@ -10,17 +10,10 @@ loop's thread, and records the position that :meth:`Loader.get_state` returns.
 A pass stopped early tells the others from :meth:`LoaderIterator.close` (also called by
 ``with``, by the next ``iter(loader)`` and by :meth:`Loader.close`); an iterator dropped without
 ``close()`` is closed on a background thread, never inside a finalizer.
-
-``get_state``/``set_state`` record and restore where a pass stands: the backend's position, for an
-exact resume on the same plan, and the global row position, for a resume on another topology
-(:mod:`jaxload._src.state`); the pipeline states how it starts at a global row
-(:class:`jaxload._src.pipelines.base.Pipeline`). :mod:`jaxload.checkpoint` puts the state in Orbax
-checkpoints.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import weakref
 from typing import Any
@@ -106,18 +99,20 @@ class Loader(Checkpointable):
         self._position: dict[str, Any] = START
         self._resume: dict[str, Any] = START  # where the next pass starts
         self._current: weakref.ref[LoaderIterator] | None = None
+        self._ahead: LoaderIterator | None = None  # a pass set_state started early
 
     def __repr__(self) -> str:
         p = self.plan
-        return (
-            f"Loader(global_batch_size={p.global_batch_size}, local_batch_size="
-            f"{p.local_batch_size}, shard_index={p.shard_index}, shard_count={p.shard_count}, "
-            f"remainder={self.remainder!r})"
-        )
+        return (f"Loader(global_batch_size={p.global_batch_size}, local_batch_size="
+                f"{p.local_batch_size}, shard_index={p.shard_index}, shard_count="
+                f"{p.shard_count}, remainder={self.remainder!r})")
 
     def __iter__(self) -> LoaderIterator:
         """A new pass (closing the previous one, if it is still open), from where
         ``set_state`` put the loader, or from the start."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and not ahead.closed:  # started by set_state: already reading
+            return ahead
         start, self._resume = self._resume, START
         return self._iter_from(start)
 
@@ -147,6 +142,7 @@ class Loader(Checkpointable):
 
     def close(self) -> None:
         """Ends the current pass on this process (the others end it at their next round)."""
+        self._ahead = None
         current = self._current() if self._current is not None else None
         if current is not None:
             current.close()
@@ -170,7 +166,7 @@ class Loader(Checkpointable):
           >>> summary.slowest, summary.process_count
           (0, 1)
         """
-        mine = dataclasses.replace(self._stats)
+        mine = self._stats.copy()
         if not all_processes:
             return mine
         name = whereabouts.CREATED.new(f"loader/{self.name}/stats",
@@ -261,8 +257,12 @@ class Loader(Checkpointable):
         return states.describe(self._pipeline.backend, self.plan, self.remainder,
                                self._pipeline.elastic, self._position)
 
-    def set_state(self, state: states.State) -> None:
-        """Makes the next pass continue from ``state`` (from ``get_state``).
+    def set_state(self, state: states.State, *, head_start: bool = True) -> None:
+        """Makes the next pass continue from ``state`` (from ``get_state``); a pass still open
+        ends.
+
+        With ``prefetch`` > 0 the pass starts reading now in the background (``head_start``): its
+        first batch is ready while the model state is still restored (call it on every process).
 
         Under the same plan (loading group, batch sizes) the pass continues exactly where the
         state's process stood. Under another plan (process count, layout, loading groups, global
@@ -292,3 +292,9 @@ class Loader(Checkpointable):
         """
         self._resume = states.resume_point(state, self.get_state(),
                                            self._pipeline.not_resumable, self._pipeline.elastic)
+        self.close()  # a pass still open ends here: get_state now answers the restored state
+        self._position = self._resume
+        if head_start and self.config.prefetch:
+            start, self._resume = self._resume, START
+            self._ahead = self._iter_from(start)  # held until iter() hands it out
+            self._ahead.start()

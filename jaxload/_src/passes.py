@@ -136,8 +136,10 @@ class Pass:
         return decision
 
     def _round(self, report: Report, decide: Decide) -> str:
+        text = report.to_json()
         self._stats.rounds += 1
-        decision = self._exchange.round(report.to_json(), decide, where=f"step {self._step}")
+        self._stats.round_bytes += len(text)
+        decision = self._exchange.round(text, decide, where=f"step {self._step}")
         assert decision is not None  # only a round that ends the pass has none
         return decision
 
@@ -188,6 +190,8 @@ class Pass:
                 self._recorder.add(self._step, None if local is None else
                                    jax.tree_util.tree_unflatten(treedef, leaves))
             if self._pad:
+                real = leaves[0].shape[0] if local is not None and leaves else 0
+                self._stats.padding_rows += self._plan.local_batch_size - real
                 padded = pad_rows(jax.tree_util.tree_unflatten(treedef, leaves),
                                   self._plan.local_batch_size)
                 treedef = jax.tree_util.tree_structure(padded)

@@ -11,12 +11,16 @@ from __future__ import annotations
 import atexit
 import queue
 import threading
-from collections.abc import Callable, Generator, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 
 _POLL_S = 0.1  # how often a blocked producer looks whether the consumer has gone
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
 
 
 class _Raised:
@@ -47,49 +51,76 @@ def _stop_producers() -> None:
 
 def prefetched(produce: Callable[[], Iterator[T]], depth: int,
                on_request: Callable[[int], None] | None = None,
-               interrupt: Callable[[], BaseException | None] | None = None
-               ) -> Generator[T, None, None]:
+               interrupt: Callable[[], BaseException | None] | None = None) -> Prefetched[T]:
     """Yields what ``produce()`` yields, keeping up to ``depth`` items ready ahead.
 
     ``on_request(n)`` is told, each time the consumer asks for an item, how many were ready.
     ``interrupt()``, asked while the consumer waits for an item, returns an exception to raise
-    instead of waiting on (e.g. another process failed while the producer is blocked).
+    instead of waiting on (e.g. another process failed while the producer is blocked). The
+    producer starts at the first request, or earlier with :meth:`Prefetched.start`.
 
     Example:
       >>> list(prefetched(lambda: iter(range(3)), depth=2))
       [0, 1, 2]
     """
-    ready: queue.Queue[T | _Raised | _End] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+    return Prefetched(produce, depth, on_request, interrupt)
 
-    def offer(item: T | _Raised | _End) -> bool:
-        while not stop.is_set():
+
+class Prefetched(Iterator[T]):
+    """The iterator :func:`prefetched` returns: ``start()`` starts its producer thread (else the
+    first ``next()`` does), ``close()`` stops it; both are idempotent."""
+
+    def __init__(self, produce: Callable[[], Iterator[T]], depth: int,
+                 on_request: Callable[[int], None] | None,
+                 interrupt: Callable[[], BaseException | None] | None):
+        self._ready: queue.Queue[T | _Raised | _End] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._on_request, self._interrupt = on_request, interrupt
+        self._thread = threading.Thread(target=_produce, args=(produce, self._offer),
+                                        name="jaxload-prefetch", daemon=True)
+        self._done = False
+
+    def _offer(self, item: T | _Raised | _End) -> bool:
+        while not self._stop.is_set():
             try:
-                ready.put(item, timeout=_POLL_S)
+                self._ready.put(item, timeout=_POLL_S)
                 return True
             except queue.Full:
                 continue
         return False
 
-    thread = threading.Thread(target=_produce, args=(produce, offer), name="jaxload-prefetch",
-                              daemon=True)
-    _register(thread, stop)
-    thread.start()
-    try:
-        while True:
-            if on_request is not None:
-                on_request(ready.qsize())
-            item = _next_ready(ready, interrupt)
-            if isinstance(item, _End):
-                return
-            if isinstance(item, _Raised):
-                raise item.error
-            yield item
-    finally:
-        stop.set()
-        # an abandoned iterator may be collected on any thread, its producer's own included
-        if thread is not threading.current_thread():
-            thread.join(timeout=5 * _POLL_S)
+    def start(self) -> None:
+        """Starts producing now, before the first request."""
+        if self._thread.ident is None and not self._done:
+            _register(self._thread, self._stop)
+            self._thread.start()
+
+    def __next__(self) -> T:
+        if self._done:
+            raise StopIteration
+        self.start()
+        if self._on_request is not None:
+            self._on_request(self._ready.qsize())
+        try:
+            item = _next_ready(self._ready, self._interrupt)
+        except BaseException:
+            self.close()
+            raise
+        if isinstance(item, _End):
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Raised):
+            self.close()
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        """Stops the producer at its next step (and waits a moment for its thread to end)."""
+        self._done = True
+        self._stop.set()
+        # an abandoned iterator may be closed on any thread, its producer's own included
+        if self._thread.ident is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5 * _POLL_S)
 
 
 def _produce(produce: Callable[[], Iterator[T]], offer: Callable[[T | _Raised | _End], bool]
@@ -133,7 +164,7 @@ class BackgroundCloser:
     """
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Generator[Any, Any, Any] | _End] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Closable | _End] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -145,7 +176,7 @@ class BackgroundCloser:
                 _register(self._thread, threading.Event())
                 self._thread.start()
 
-    def close_later(self, items: Generator[Any, Any, Any]) -> None:
+    def close_later(self, items: Closable) -> None:
         self._queue.put(items)
 
     def _run(self) -> None:

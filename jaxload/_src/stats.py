@@ -9,6 +9,7 @@ process the others are waiting for.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import json
@@ -22,6 +23,8 @@ from jaxload._src.agreement import Reports
 from jaxload._src.whereabouts import Name
 
 _PARTS = ("wait", "backend", "agree", "assemble", "check")
+# upper bounds (seconds) of the buckets of the loop's waits for data; the last is +inf
+WAIT_BUCKETS_S = (0.0001, 0.001, 0.01, 0.1, 1.0, 10.0)
 _lock = threading.Lock()
 
 
@@ -44,6 +47,11 @@ class Stats:
       ready_sum: batches ready in the prefetch queue, summed over the loop's requests.
       rounds: step-agreement rounds (exchanges with the other processes): about one per 16
         steps, or one per 256 where every process knows its pipeline's length.
+      round_bytes: bytes of this process's reports in those rounds (what it sent the
+        coordinator).
+      padding_rows: rows of padding this process assembled (``remainder="pad"``).
+      waits: how many of the loop's waits for a batch fell in each bucket of
+        ``WAIT_BUCKETS_S`` (``<=`` its bound), the last for longer waits.
 
     Example:
       >>> import grain
@@ -70,6 +78,18 @@ class Stats:
     elapsed_s: float = 0.0
     ready_sum: int = 0
     rounds: int = 0
+    round_bytes: int = 0
+    padding_rows: int = 0
+    waits: list[int] = dataclasses.field(default_factory=lambda: [0] * (len(WAIT_BUCKETS_S) + 1))
+
+    def copy(self) -> Stats:
+        """A snapshot that later steps leave as it is."""
+        return dataclasses.replace(self, waits=list(self.waits))
+
+    def waited(self, seconds: float) -> None:
+        """Counts one wait of the loop for a batch."""
+        self.wait_s += seconds
+        self.waits[bisect.bisect_left(WAIT_BUCKETS_S, seconds)] += 1
 
     def ms_per_step(self, part: str) -> float:
         """Mean milliseconds per step of ``"wait"``, ``"backend"``, ``"agree"``, ``"assemble"``
@@ -85,6 +105,12 @@ class Stats:
         return self.ready_sum / max(self.steps, 1)
 
     @property
+    def wait_share(self) -> float:
+        """The share of the loop's time spent waiting for data (0 to 1): one minus the data
+        loading's goodput."""
+        return min(self.wait_s / self.elapsed_s, 1.0) if self.elapsed_s else 0.0
+
+    @property
     def bytes_per_s(self) -> float:
         """This process's batch bytes delivered per second of the loop's time."""
         return self.nbytes / self.elapsed_s if self.elapsed_s else 0.0
@@ -92,7 +118,8 @@ class Stats:
     def as_dict(self) -> dict[str, Any]:
         """The totals plus the derived per-step means, JSON-serializable."""
         return {**dataclasses.asdict(self), **{f"{p}_ms_per_step": self.ms_per_step(p) for p in _PARTS},
-                "ready_mean": self.ready_mean, "bytes_per_s": self.bytes_per_s}
+                "ready_mean": self.ready_mean, "bytes_per_s": self.bytes_per_s,
+                "wait_share": self.wait_share}
 
     def __str__(self) -> str:
         ms = {p: self.ms_per_step(p) for p in _PARTS}
