@@ -116,12 +116,26 @@ def record_scenarios(scenarios) -> list[dict]:
     return out
 
 
-SCENARIOS = {
+SCENARIOS = {  # (backend, grid, elements, global_batch_size or a schedule[, "load_once"])
     (2, 4): [("grain", "seq_across", 40, 8), ("tf", "seq_in_process", 40, 8),
-             ("grain", "seq_interleaved", 36, 4)],
+             ("grain", "seq_interleaved", 36, 4), ("grain", "seq_across", 40, [(0, 4), (2, 8)]),
+             ("tf", "seq_in_process", 40, [(0, 8), (1, 4), (3, 16)])],
     (4, 2): [("grain", "across", 40, 8), ("grain", "seq_across", 36, 4),
-             ("grain", "across", 40, 8, "load_once")],  # loaded once, resharded per feature
+             ("grain", "across", 40, 8, "load_once"),  # loaded once, resharded per feature
+             ("tf", "across", 40, [(0, 4), (1, 8)]),
+             ("grain", "across", 40, [(0, 8), (2, 16)], "load_once")],
 }
+
+
+def step_sizes(num_elements: int, gbs) -> list[int]:
+    """Each step's global batch size under ``remainder="drop"`` (a size or a schedule)."""
+    schedule = [(0, gbs)] if isinstance(gbs, int) else gbs
+    sizes: list[int] = []
+    while True:
+        size = [size for first, size in schedule if first <= len(sizes)][-1]
+        if sum(sizes) + size > num_elements:
+            return sizes
+        sizes.append(size)
 
 
 def expected_value(key: str, ids: np.ndarray, index) -> np.ndarray:
@@ -141,14 +155,15 @@ def test_every_device_holds_its_rows_and_columns(topology):
     processes, local = topology
     results = jaxload.testing.run(record_scenarios, num_processes=processes, local_devices=local,
                                   args=(SCENARIOS[topology],), timeout_s=300)
-    for k, (_, name, num_elements, gbs, *_) in enumerate(SCENARIOS[topology]):
+    for k, (_, name, num_elements, schedule, *_) in enumerate(SCENARIOS[topology]):
         ids_grid, _ = grid(name, processes, local)
         rows_blocks, col_blocks = len(ids_grid), len(ids_grid[0])
         position = {d: (i, j) for i, row in enumerate(ids_grid) for j, d in enumerate(row)}
         steps = [r[k] for r in results]
-        assert {len(s) for s in steps} == {num_elements // gbs}, name
+        sizes = step_sizes(num_elements, schedule)
+        assert {len(s) for s in steps} == {len(sizes)}, name
         seen = []
-        for step in range(num_elements // gbs):
+        for step, gbs in enumerate(sizes):
             ids = np.full(gbs, -1)  # each row's id, from the devices holding it
             for per_process in steps:
                 for _, ((r0, r1),), data in per_process[step]["id"]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any, TypeAlias, cast
 
 import jax
@@ -177,3 +178,18 @@ def _held_columns(sharding: jax.sharding.Sharding, shape: tuple[int, ...]) -> _H
         else:
             held.append((dim, np.concatenate([np.arange(a, b) for a, b in blocks])))
     return tuple(held)
+
+
+def resharder(plan: Plan, layout: Any) -> Callable[[GlobalBatch], GlobalBatch] | None:
+    """What moves an assembled batch to ``layout``'s shardings, where ``plan`` loaded it under
+    others (``load_once``: every process loaded its own rows), or None.
+
+    A reshard on device (``device_put`` of global arrays: no host data involved) is a
+    cross-process collective, so the loader runs it on the loop's thread, in program order with
+    the training step's collectives: issued from the prefetch thread, processes could launch
+    collectives in different orders, or one could launch a reshard that another (stopped
+    early) never joins.
+    """
+    if plan.sharding == layout.sharding:
+        return None
+    return lambda batch: jax.device_put(batch, layout.shardings(batch))

@@ -23,6 +23,7 @@ from jaxload._src.passes import Handout, Pass
 from jaxload._src.plan import Plan
 from jaxload._src.prefetch import Prefetched, closer, prefetched
 from jaxload._src.records import Recorder
+from jaxload._src.schedule import Schedule, next_pass
 from jaxload._src.stage import Stage
 from jaxload._src.state import START
 from jaxload._src.stats import Stats, timed
@@ -48,6 +49,7 @@ class PassContext:
     Attributes:
       exchange: the pass's exchange with the other processes (its rounds).
       plan, config: what this process loads, and the loader's options.
+      schedule: the batch-size schedule, if any: each step's plan is then ``plan_at(step)``.
       start: where the pass starts: ``step``, ``origin`` (global row), backend ``position``.
       stats, recorder: the loader's, which the pass adds to.
       watchdog: this process's (failures, stuck reads).
@@ -64,6 +66,11 @@ class PassContext:
     watchdog: watchdog.Watchdog
     waiting: threading.Event = dataclasses.field(default_factory=threading.Event)
     failure: LoopFailure | None = None
+    schedule: Schedule | None = None
+
+    def plan_at(self, step: int) -> Plan:
+        """What this process loads at ``step``."""
+        return self.plan if self.schedule is None else self.schedule.plan_at(step)
 
 
 class LoaderIterator:
@@ -84,6 +91,7 @@ class LoaderIterator:
     def __init__(self, loader: Loader, context: PassContext,
                  source: Iterable[tuple[HostBatch, Any]]):
         self._loader, self._context = loader, context
+        self._at: dict[str, Any] = context.start  # the position after the last handout
         config, dog = context.config, context.watchdog
         dog.start()  # here, not in __del__: a finalizer must not start threads
         dog.opened(context.exchange.prefix, config.on_failure, float(config.exit_grace_s))
@@ -128,7 +136,9 @@ class LoaderIterator:
             handout = next(self._items)
         except StopIteration:
             self._ended()
-            self._loader._handed_out(START)  # a finished pass: the next one starts at 0
+            # a finished pass: the next one starts at row 0 (and a schedule goes on)
+            self._loader._handed_out(START if context.schedule is None else
+                                     next_pass(self._at, START))
             raise
         except BaseException:
             self._ended()  # the pass reported the failure itself
@@ -137,7 +147,8 @@ class LoaderIterator:
             context.waiting.clear()
         batch = self._on_loop_side(handout)
         context.recorder.handed_out(handout.step)
-        self._loader._handed_out({**context.start, **handout.position})  # and the origin
+        self._at = {**context.start, **handout.position}  # and the origin
+        self._loader._handed_out(self._at)
         now, stats = time.perf_counter(), context.stats
         stats.steps += 1
         stats.waited(now - asked)

@@ -1,15 +1,15 @@
 """The Loader (configuration, state) and its per-pass iterator (:class:`LoaderIterator`).
 
-Each ``iter(loader)`` is one pass over the data, run by :class:`jaxload._src.passes.Pass`
-(:mod:`jaxload._src.iterator`): before steps are handed out, all processes agree on how many
-exist (:mod:`jaxload._src.protocol`), so a process that runs out of data early never leaves the
-others blocked in a collective, and a process that fails stops the others with its error. The
-iterator hands the batches to the loop, reshards them (``load_once``) and checks them on the
-loop's thread, and records the position that :meth:`Loader.get_state` returns.
+Each ``iter(loader)`` is one pass over the data, run by :class:`jaxload._src.passes.Pass`: before
+steps are handed out, all processes agree on how many exist (:mod:`jaxload._src.protocol`), so a
+process that runs out of data early never leaves the others blocked in a collective, and a process
+that fails stops the others with its error. The iterator (:mod:`jaxload._src.iterator`) hands out,
+reshards (``load_once``) and checks the batches on the loop's thread, and records the position
+that :meth:`Loader.get_state` returns.
 
-A pass stopped early tells the others from :meth:`LoaderIterator.close` (also called by
-``with``, by the next ``iter(loader)`` and by :meth:`Loader.close`); an iterator dropped without
-``close()`` is closed on a background thread, never inside a finalizer.
+A pass stopped early tells the others from :meth:`LoaderIterator.close` (also called by ``with``,
+the next ``iter(loader)`` and :meth:`Loader.close`); an iterator dropped without ``close()`` is
+closed on a background thread, never inside a finalizer.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import jax
 
 from jaxload._src import agreement, watchdog, whereabouts
 from jaxload._src import state as states
+from jaxload._src.assemble import resharder
 from jaxload._src.batch_spec import global_spec, local_spec
 from jaxload._src.checkpointable import Checkpointable
 from jaxload._src.config import LoaderConfig
@@ -30,6 +31,7 @@ from jaxload._src.layout import Layout, Plan
 from jaxload._src.pipelines.base import Pipeline
 from jaxload._src.records import Recorder
 from jaxload._src.records import gather as gather_records
+from jaxload._src.schedule import Schedule, next_pass, step_of
 from jaxload._src.state import START
 from jaxload._src.stats import Stats, StatsSummary, gather
 from jaxload._src.trees import BatchSpec
@@ -74,38 +76,32 @@ class Loader(Checkpointable):
       (16,) P('data',) [48 49 50]
     """
 
-    def __init__(self, pipeline: Pipeline, layout: Layout, plan: Plan, config: LoaderConfig):
+    def __init__(self, pipeline: Pipeline, layout: Layout, plan: Plan, config: LoaderConfig,
+                 schedule: Schedule | None = None):
         """Built by :func:`jaxload.from_grain` / :func:`jaxload.from_tf_data`: ``pipeline`` is
         this loading group's share of the data (:mod:`jaxload._src.pipelines`), ``plan`` what
         this process loads, ``config`` the validated options."""
-        self.layout, self.plan, self.config = layout, plan, config
+        self.layout, self.config, self._schedule = layout, config, schedule
+        self.plan = plan if schedule is None else schedule.first  # (the pipeline's: plan)
         self.prefetch = config.prefetch
         self.remainder = config.remainder
         self._pipeline = pipeline
-        # plan.sharding differs from the layout's with load_once: every process loaded its own
-        # rows, and a reshard on device (device_put of global arrays: no host data involved)
-        # moves them where the layout wants them. It is a cross-process collective, so it runs
-        # on the loop's thread, in program order with the training step's collectives: issued
-        # from the prefetch thread, processes could launch collectives in different orders, or
-        # one could launch a reshard that another (stopped early) never joins.
-        self._reshard = (None if plan.sharding == layout.sharding else
-                         lambda batch: jax.device_put(batch, layout.shardings(batch)))
+        self._reshard = resharder(plan, layout)  # with load_once: on the loop's thread
         self.name = whereabouts.loader_name(config.name)
         self._local_spec: Any = None
         self._stats = Stats(jax.process_index())
         self._recorder = Recorder(config.record, plan.shard_index)
-        # where the current (or last) pass stands: step, origin (the global row its pipeline
-        # started at), backend position
-        self._position: dict[str, Any] = START
+        self._position: dict[str, Any] = START  # the current (or last) pass's (see START)
         self._resume: dict[str, Any] = START  # where the next pass starts
         self._current: weakref.ref[LoaderIterator] | None = None
         self._ahead: LoaderIterator | None = None  # a pass set_state started early
 
     def __repr__(self) -> str:
-        p = self.plan
-        return (f"Loader(global_batch_size={p.global_batch_size}, local_batch_size="
-                f"{p.local_batch_size}, shard_index={p.shard_index}, shard_count="
-                f"{p.shard_count}, remainder={self.remainder!r})")
+        p, s = self.plan, self._schedule
+        return (f"Loader(global_batch_size={s.as_json() if s else p.global_batch_size}, "
+                f"local_batch_size={p.local_batch_size}, "
+                f"shard_index={p.shard_index}, shard_count={p.shard_count}, "
+                f"remainder={self.remainder!r})")
 
     def __iter__(self) -> LoaderIterator:
         """A new pass (closing the previous one, if it is still open), from where
@@ -114,6 +110,8 @@ class Loader(Checkpointable):
         if ahead is not None and not ahead.closed:  # started by set_state: already reading
             return ahead
         start, self._resume = self._resume, START
+        if self._schedule is not None and start is START:  # the schedule goes on
+            start = next_pass(self._position, start)
         return self._iter_from(start)
 
     def _iter_from(self, start: dict[str, Any]) -> LoaderIterator:
@@ -127,13 +125,16 @@ class Loader(Checkpointable):
         exchange = agreement.Exchange(name, self.config.timeout_s, watch=watchdog.this_process(),
                                       blocking=waiting.is_set)
         self._recorder.start_pass()
-        context = PassContext(exchange=exchange, plan=self.plan, config=self.config,
-                              start=start, stats=self._stats, recorder=self._recorder,
-                              watchdog=watchdog.this_process(), waiting=waiting)
+        schedule = self._schedule and self._schedule.after(start.get("steps_before", 0))
+        context = PassContext(exchange=exchange, plan=self.plan, schedule=schedule,
+                              config=self.config, start=start, stats=self._stats,
+                              recorder=self._recorder, watchdog=watchdog.this_process(),
+                              waiting=waiting)
         source = self._pipeline.elastic.pipeline(start, self._pipeline.batches)
+        if schedule is not None:  # each step's batch joined from the pipeline's
+            source = schedule.regrouped(source, start["step"], self.config.pad)
         current = LoaderIterator(self, context, source)
-        # weakly held: a pass dropped by the loop (a `break`) is closed at once, not at exit
-        self._current = weakref.ref(current)
+        self._current = weakref.ref(current)  # weakly: a pass dropped (`break`) closes at once
         return current
 
     def _handed_out(self, position: dict[str, Any]) -> None:
@@ -177,7 +178,7 @@ class Loader(Checkpointable):
         """The global batch at ``step`` (the next one by default) as a pytree of
         ``jax.ShapeDtypeStruct(shape, dtype, sharding=...)``, before any data is handed out,
         including ``"mask"`` under ``remainder="pad"``: to compile the training step ahead of
-        time. Every step of a loader has the same spec.
+        time. Under a batch-size schedule, the size is that of ``step`` (counted across passes).
 
         It comes from the pipeline's element spec (tf.data), or from its first batch, read once
         from a fresh iterator (Grain): the loader's position does not move. No exchange with
@@ -198,7 +199,9 @@ class Loader(Checkpointable):
             raise ValueError(f"step={step!r} must be None (the next step) or an int >= 0")
         if self._local_spec is None:
             self._local_spec = local_spec(self._pipeline, self.plan, self.config.pad)
-        return global_spec(self._local_spec, self.plan, self.layout)
+        return global_spec(self._local_spec, self.plan if self._schedule is None else
+                           self._schedule.plan_at(step_of(self._position) if step is None
+                                                  else step), self.layout)
 
     def records(self, *, all_processes: bool = False,
                 clear: bool = False) -> list[dict[str, Any]]:
@@ -220,8 +223,6 @@ class Loader(Checkpointable):
           ...     pass
           >>> loader.records(all_processes=True)[-1]
           {'pass': 0, 'step': 3, 'ids': {0: [48, 49, 50, ..., 63]}}
-
-          With two loading groups (two processes), each step's ids are keyed ``0`` and ``1``.
         """
         if self._recorder.feature is None:
             raise ValueError("this loader records nothing; build it with record='<feature>' "
@@ -255,11 +256,10 @@ class Loader(Checkpointable):
           >>> text = json.dumps(state)       # e.g. next to this process's model checkpoint
         """
         return states.describe(self._pipeline.backend, self.plan, self.remainder,
-                               self._pipeline.elastic, self._position)
+                               self._pipeline.elastic, self._position, self._schedule)
 
     def set_state(self, state: states.State, *, head_start: bool = True) -> None:
-        """Makes the next pass continue from ``state`` (from ``get_state``); a pass still open
-        ends.
+        """Makes the next pass continue from ``state`` (from ``get_state``), ending one still open.
 
         With ``prefetch`` > 0 the pass starts reading now in the background (``head_start``): its
         first batch is ready while the model state is still restored (call it on every process).

@@ -69,7 +69,7 @@ class Pass:
     def __init__(self, context: PassContext, source: Iterable[tuple[HostBatch, Any]]):
         self._context = context
         self._exchange = context.exchange
-        self._plan = context.plan
+        self._plan_at = context.plan_at
         self._pad = context.config.pad
         self._stats = context.stats
         self._check_period = context.config.check_period
@@ -78,7 +78,7 @@ class Pass:
         self._watchdog = context.watchdog
         watch = functools.partial(context.watchdog.reading, context.exchange.prefix,
                                   limit_s=context.config.timeout_s)
-        self._reader = ReadAhead(source, self._plan, self._pad, self._stats, self._step,
+        self._reader = ReadAhead(source, self._plan_at, self._pad, self._stats, self._step,
                                  context.recorder, watch)
         self._recorder = context.recorder
         self._template: str | None = None  # the signature to pad with, when this process has none
@@ -176,6 +176,7 @@ class Pass:
             raise RuntimeError(
                 f"this process's pipeline ended at step {self._step}, before the step count "
                 "its length promised (a len() or cardinality() that overstates the data)")
+        plan = self._plan_at(self._step)
         with timed(self._stats, "assemble"):
             self._doing = Stage.PADDING
             if local is None:  # this process's data has run out: padding
@@ -191,13 +192,13 @@ class Pass:
                                    jax.tree_util.tree_unflatten(treedef, leaves))
             if self._pad:
                 real = leaves[0].shape[0] if local is not None and leaves else 0
-                self._stats.padding_rows += self._plan.local_batch_size - real
+                self._stats.padding_rows += plan.local_batch_size - real
                 padded = pad_rows(jax.tree_util.tree_unflatten(treedef, leaves),
-                                  self._plan.local_batch_size)
+                                  plan.local_batch_size)
                 treedef = jax.tree_util.tree_structure(padded)
                 leaves = jax.tree_util.tree_leaves(padded)
             self._doing = Stage.ASSEMBLING
-            batch = build_global(treedef, leaves, self._plan)
+            batch = build_global(treedef, leaves, plan)
         step = self._step
         self._step += 1
         checks = ""

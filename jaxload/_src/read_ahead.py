@@ -36,13 +36,14 @@ class ReadAhead:
     wraps each read, so that the watchdog finds a pipeline stuck in it.
     """
 
-    def __init__(self, source: Iterable[tuple[HostBatch, Any]], plan: Plan, pad: bool, stats: Stats,
+    def __init__(self, source: Iterable[tuple[HostBatch, Any]], plan_at: Callable[[int], Plan],
+                 pad: bool, stats: Stats,
                  first_step: int,
                  recorder: Recorder | None = None,
                  watch: Callable[[int, bool], ContextManager[None]] | None = None):
         self.length = getattr(source, "length", None)
         self._source = iter(source)
-        self._plan, self._pad, self._stats = plan, pad, stats
+        self._plan_at, self._pad, self._stats = plan_at, pad, stats
         self._recorder = recorder
         self.ahead: collections.deque[Local] = collections.deque()
         self.exhausted = False
@@ -78,7 +79,7 @@ class ReadAhead:
             check_paddable(local)
         if self._recorder is not None:
             self._recorder.check(local)
-        named = check_local_batch(local, self._plan, partial=self._pad)
+        named = check_local_batch(local, self._plan_at(self.next_step), partial=self._pad)
         leaves = [a for _, a in named]
         treedef = jax.tree_util.tree_structure(local)
         key = (treedef, tuple((a.dtype.str, a.shape[1:]) for a in leaves))

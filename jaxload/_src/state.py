@@ -62,6 +62,9 @@ backend ``position``."""
 FORMAT = "jaxload.loader/2"
 _OLD_FORMATS = ("jaxload.loader/1",)  # same-plan resume only: no global row position
 START: Position = {"step": 0, "origin": 0, "position": None}
+# under a batch-size schedule: the step the pipeline started at (``origin``), and the steps
+# of the loader's earlier passes (the schedule's step is ``steps_before + step``)
+_SCHEDULE_KEYS = ("origin_step", "steps_before")
 # A loading group's pipeline: local_batches(backend position) -> (batch, position after it)...
 LocalBatches = Callable[[Any], Iterable[tuple[HostBatch, Any]]]
 # a state continues exactly where these are the same (the rows a step consumes, then the plan)
@@ -145,25 +148,31 @@ def why_not_sliceable(shard: bool, batched: bool, whole: str) -> str | None:
     return None
 
 
-def rows_consumed(position: Position, rows_per_step: int) -> int:
-    """Global rows consumed at ``position`` (``origin``: the row its pipeline started at)."""
+def rows_consumed(position: Position, rows_per_step: int, schedule: Any = None) -> int:
+    """Global rows consumed at ``position`` (``origin``: the row its pipeline started at, at
+    step ``origin_step`` of a batch-size schedule)."""
+    if schedule is not None:  # steps_before: the steps of the loader's earlier passes
+        before = position.get("steps_before", 0)
+        return int(position["origin"] + schedule.rows_before(before + position["step"])
+                   - schedule.rows_before(before + position.get("origin_step", 0)))
     return int(position["origin"] + position["step"] * rows_per_step)
 
 
 def describe(backend: str, plan: Any, remainder: str, elastic: Elastic,
-             position: Position) -> State:
+             position: Position, schedule: Any = None) -> State:
     """The JSON-serializable state of a loader at ``position`` (``step``, ``origin``,
-    backend ``position``)."""
+    backend ``position``); ``schedule``: its batch-size schedule, if any."""
     rows_per_step = elastic.rows_per_step or plan.global_batch_size
     return {
         "format": FORMAT,
         "backend": backend,
         "plan": {"process_index": plan.process_index, "rows_per_step": rows_per_step,
-                 **{key: getattr(plan, key) for key in _PLAN_KEYS[1:]}},
+                 **{key: getattr(plan, key) for key in _PLAN_KEYS[1:]},
+                 **({} if schedule is None else {"schedule": schedule.as_json()})},
         "remainder": remainder,
         "length": elastic.length,
         "fingerprint": elastic.fingerprint() if elastic.fingerprint else None,
-        "rows": rows_consumed(position, rows_per_step),
+        "rows": rows_consumed(position, rows_per_step, schedule),
         **position,
     }
 
@@ -178,9 +187,12 @@ def resume_point(state: Any, mine: State, not_resumable: str | None,
         raise ValueError(f"a {mine['backend']} loader cannot resume from a state: {not_resumable}")
     check_unchanged(state, mine, ("backend", "remainder"))
     was = {"rows_per_step": state["plan"]["global_batch_size"], **state["plan"]}
-    changed = [(key, was[key], mine["plan"][key]) for key in _PLAN_KEYS
-               if was[key] != mine["plan"][key]]
+    changed = [(key, was.get(key), mine["plan"].get(key)) for key in (*_PLAN_KEYS, "schedule")
+               if was.get(key) != mine["plan"].get(key)]
     start = _repositioned(state, changed, elastic) if changed else _exact(state, elastic)
+    if "schedule" in mine["plan"] and changed:  # the schedule goes on at the state's step
+        start = {**start, "step": state["step"], "origin_step": state["step"],
+                 "steps_before": state.get("steps_before", 0)}
     check_unchanged(state, mine, ("length", "fingerprint"))
     return start
 
@@ -191,7 +203,8 @@ def _exact(state: State, elastic: Elastic) -> Position:
     if origin and elastic.from_row is None:
         raise ValueError(f"the state continues a pipeline started at global row {origin}, which "
                          f"this loader cannot start at: {elastic.why_not}")
-    return {"step": state["step"], "origin": origin, "position": state["position"]}
+    return {"step": state["step"], "origin": origin, "position": state["position"],
+            **{key: state[key] for key in _SCHEDULE_KEYS if key in state}}
 
 
 def _repositioned(state: State, changed: list[tuple[str, Any, Any]],

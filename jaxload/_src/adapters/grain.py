@@ -3,6 +3,7 @@ its kind (:mod:`jaxload._src.pipelines`). Grain is imported only when a Grain da
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from jaxload._src.config import LoaderConfig
@@ -14,13 +15,14 @@ from jaxload._src.pipelines.grain_iter import GrainIterDataset
 from jaxload._src.pipelines.grain_loader import GrainDataLoader
 from jaxload._src.pipelines.grain_map import GrainMapDataset
 from jaxload._src.remainder import DROP, check_padded_options
+from jaxload._src.schedule import from_option
 
 
 def from_grain(
     ds: Any,
     layout: Layout,
     *,
-    global_batch_size: int,
+    global_batch_size: int | Sequence[tuple[int, int]],
     shard: bool = True,
     remainder: str = DROP,
     batched: bool = False,
@@ -110,13 +112,17 @@ def from_grain(
     if read_options is not None and not isinstance(read_options, grain.ReadOptions):
         raise TypeError(f"read_options must be a grain.ReadOptions or None, got "
                         f"{type(read_options).__name__}: {read_options!r:.100}")
-    plan = config.plan(layout, global_batch_size)
-    if plan.global_batch_size != global_batch_size:
+    size, schedule = from_option(
+        global_batch_size, lambda size: config.plan(layout, size),
+        "a grain.DataLoader" if isinstance(ds, grain.DataLoader) else
+        "batched=True" if batched else None)
+    plan = config.plan(layout, size)
+    if plan.global_batch_size != size:
         check_padded_options(shard, batched, None if isinstance(ds, grain.MapDataset)
                              else f"a {type(ds).__name__}")
     pipeline: Pipeline
     if isinstance(ds, grain.MapDataset):
-        pipeline = GrainMapDataset(ds, plan, global_batch_size=global_batch_size, shard=shard,
+        pipeline = GrainMapDataset(ds, plan, global_batch_size=size, shard=shard,
                                    batched=batched, remainder=remainder,
                                    read_options=read_options)
     elif isinstance(ds, grain.IterDataset):
@@ -126,7 +132,7 @@ def from_grain(
     else:
         raise TypeError("from_grain expects a grain.MapDataset, grain.IterDataset or "
                         f"grain.DataLoader, got {type(ds).__name__}")
-    return Loader(pipeline, layout, plan, config)
+    return Loader(pipeline, layout, plan, config, schedule)
 
 
 def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainder: bool = True,

@@ -4,6 +4,7 @@ TensorFlow is imported only when a tf.data pipeline is passed in."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from jaxload._src.config import LoaderConfig
@@ -14,13 +15,14 @@ from jaxload._src.pipelines.base import Pipeline
 from jaxload._src.pipelines.tfdata import TfDataset
 from jaxload._src.pipelines.tfdata_service import TfDataService
 from jaxload._src.remainder import DROP, check_padded_options
+from jaxload._src.schedule import from_option
 
 
 def from_tf_data(
     ds: Any,
     layout: Layout,
     *,
-    global_batch_size: int,
+    global_batch_size: int | Sequence[tuple[int, int]],
     shard: bool = True,
     remainder: str = DROP,
     batched: bool = False,
@@ -105,14 +107,17 @@ def from_tf_data(
     config = LoaderConfig(remainder=remainder, checks=checks, prefetch=prefetch,
                           timeout_s=timeout_s, on_failure=on_failure, exit_grace_s=exit_grace_s,
                           name=name, record=record, load_once=load_once or service is not None)
-    plan = config.plan(layout, global_batch_size)
-    if plan.global_batch_size != global_batch_size:
+    size, schedule = from_option(
+        global_batch_size, lambda size: config.plan(layout, size),
+        "service=" if service is not None else "batched=True" if batched else None)
+    plan = config.plan(layout, size)
+    if plan.global_batch_size != size:
         check_padded_options(shard, batched, "service=" if service is not None else None)
     pipeline: Pipeline
     if service is not None:
         pipeline = TfDataService(ds, plan, service=service, shard=shard, batched=batched,
                                  remainder=remainder, timeout_s=timeout_s, name=name)
     else:
-        pipeline = TfDataset(ds, plan, global_batch_size=global_batch_size, shard=shard,
+        pipeline = TfDataset(ds, plan, global_batch_size=size, shard=shard,
                              batched=batched, remainder=remainder)
-    return Loader(pipeline, layout, plan, config)
+    return Loader(pipeline, layout, plan, config, schedule)
