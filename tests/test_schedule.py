@@ -214,3 +214,24 @@ def test_a_state_within_a_later_pass_resumes_its_step():
         jaxload.data_parallel(), global_batch_size=[(0, 8), (6, 16)])
     other.set_state(state)
     assert [len(ids_of(b)) for b in other] == [16, 16]  # steps 6, 7 from row 32
+
+
+def test_plan_explain_and_the_cli_show_the_schedule(capsys):
+    import re
+
+    from jaxload import cli
+
+    layout = jaxload.model_replicas_across_processes(2, devices=jaxload.simulated_devices(4, 2))
+    plan = layout.plan([(0, 16), (3, 32), (6, 64)], process_index=1)
+    assert plan.schedule == ((0, 16), (3, 32), (6, 64))
+    assert (plan.global_batch_size, plan.local_batch_size, plan.shard_index) == (16, 8, 1)
+    rows = re.findall(r"│ (\d+) +│ (\d+) +│ (\d+) +│ (\d+) +│", plan.explain())
+    assert rows[:3] == [("0", "16", "4", "8"), ("3", "32", "8", "16"), ("6", "64", "16", "32")]
+    assert cli.main(["plan", "--processes", "4", "--local-devices", "2", "--layout",
+                     "replicas-across-processes", "--model-size", "2",
+                     "--global-batch-size", "0:16,3:32,6:64"]) == 0
+    assert "Batch-size schedule" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="size 10 from step 3: global_batch_size=10 must be"):
+        layout.plan([(0, 16), (3, 10)])
+    assert grain_loader().plan.schedule == ((0, 8), (3, 16), (5, 32))
+    assert layout.plan(16).schedule == ()

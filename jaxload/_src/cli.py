@@ -61,6 +61,19 @@ def _feature_spec(text: str) -> tuple[str, PartitionSpec]:
     return name, PartitionSpec(*parsed)
 
 
+def _batch_size(text: str) -> int | list[tuple[int, int]]:
+    """``--global-batch-size``: ``64``, or a schedule ``0:64,1000:128`` (first step: size)."""
+    try:
+        if ":" not in text:
+            return int(text)
+        return [(int(step), int(size)) for step, size in
+                (pair.split(":") for pair in text.split(","))]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size (64) or a schedule of first_step:size pairs "
+            "(0:64,1000:128)") from None
+
+
 def _plan(args: argparse.Namespace) -> int:
     from jaxload._src import explain
 
@@ -109,7 +122,9 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--feature-spec", action="append", metavar="NAME=AXES,...",
                       help="with --mesh-shape: shard a feature beyond its rows, e.g. "
                       "tokens=data,seq (repeatable; None for a replicated dim)")
-    plan.add_argument("--global-batch-size", type=int, required=True)
+    plan.add_argument("--global-batch-size", type=_batch_size, required=True,
+                      metavar="SIZE|STEP:SIZE,...",
+                      help="rows per step, or a batch-size schedule, e.g. 0:64,1000:128")
     plan.add_argument("--max-processes", type=int, default=16,
                       help="processes shown in the device table and the SVG")
     plan.add_argument("--svg", help="also draw the plan to this SVG file")

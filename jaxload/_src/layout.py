@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxload._src import meshes
+from jaxload._src import schedule as schedules
 from jaxload._src.feature_specs import FeatureSpecs, checked_specs, leaf_shardings
 from jaxload._src.plan import Plan, plans_for
 from jaxload._src.topology import Device, SimulatedDevice, by_process, ordered, simulated_devices
@@ -109,12 +110,21 @@ class Layout:
         """The plan of every process of the topology, indexed by process index."""
         return plans_for(self.sharding, self.feature_specs, global_batch_size)
 
-    def plan(self, global_batch_size: int, *, process_index: int | None = None) -> Plan:
-        """The plan of one process (default: this process; process 0 on a simulated topology)."""
+    def plan(self, global_batch_size: int | Sequence[tuple[int, int]], *,
+             process_index: int | None = None) -> Plan:
+        """The plan of one process (default: this process; process 0 on a simulated topology).
+
+        ``global_batch_size`` may be a batch-size schedule, ``[(first_step, size), ...]``: every
+        size is checked, and the plan is step 0's, carrying the schedule (``plan.schedule``,
+        shown by :meth:`Plan.explain`)."""
+        pairs = schedules.parse(global_batch_size)
+        if pairs is not None:
+            return schedules.Schedule.build(
+                pairs, lambda size: self.plan(size, process_index=process_index)).plan
         if process_index is None:
             simulated = isinstance(self.mesh.devices.flat[0], SimulatedDevice)
             process_index = 0 if simulated else jax.process_index()
-        by_index = {p.process_index: p for p in self.plans(global_batch_size)}
+        by_index = {p.process_index: p for p in self.plans(cast(int, global_batch_size))}
         if process_index not in by_index:
             raise ValueError(
                 f"process_index={process_index} has no device in this layout's mesh "

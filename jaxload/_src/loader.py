@@ -82,7 +82,7 @@ class Loader(Checkpointable):
         this loading group's share of the data (:mod:`jaxload._src.pipelines`), ``plan`` what
         this process loads, ``config`` the validated options."""
         self.layout, self.config, self._schedule = layout, config, schedule
-        self.plan = plan if schedule is None else schedule.first  # (the pipeline's: plan)
+        self.plan = plan if schedule is None else schedule.plan  # (the pipeline's: plan)
         self.prefetch = config.prefetch
         self.remainder = config.remainder
         self._pipeline = pipeline

@@ -53,6 +53,8 @@ class Plan:
       device_columns: ``(device_id, feature, dim, block, blocks)`` per addressable device and
         sharded non-batch dimension: the device holds block ``block`` of ``blocks`` equal blocks
         of that dimension (the columns), sorted by device id.
+      schedule: under a batch-size schedule, its ``(first_step, global_batch_size)`` pairs
+        (the plan is then step 0's, and :meth:`explain` lists every size); else ``()``.
 
     Example:
       >>> layout = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4))
@@ -74,6 +76,8 @@ class Plan:
     sharding: NamedSharding = dataclasses.field(repr=False, compare=False)
     feature_specs: FeatureSpecs = ()
     device_columns: tuple[Column, ...] = ()
+    schedule: tuple[tuple[int, int], ...] = dataclasses.field(default=(), repr=False,
+                                                              compare=False)
 
     def sharding_of(self, feature: str | None) -> NamedSharding:
         """The sharding of a top-level feature: its spec's, else the batch sharding."""

@@ -52,6 +52,8 @@ def text(plan: Plan, plans: tuple[Plan, ...], *, max_processes: int = 16, width:
         f"global batch {plan.global_batch_size} rows = {plan.num_batch_shards} per-replica "
         f"batches of {plan.per_replica_batch_size}; {plan.shard_count} loading groups of "
         f"{plan.local_batch_size} rows each", highlight=False)
+    if plan.schedule:
+        _print_schedule(console, plan)
     _print_groups(console, plan, plans)
     _print_devices(console, plan, plans, max_processes)
     for name, spec in plan.feature_specs:
@@ -60,6 +62,21 @@ def text(plan: Plan, plans: tuple[Plan, ...], *, max_processes: int = 16, width:
     if len(plans) > max_processes:
         console.print(f"... and {len(plans) - max_processes} more processes", highlight=False)
     return out.getvalue()
+
+
+def _print_schedule(console: Console, plan: Plan) -> None:
+    """The sizes of a batch-size schedule; the tables after it are for step 0's size."""
+    from rich.table import Table
+
+    table = Table(title="Batch-size schedule")
+    for column in ("from step", "global batch", "per-replica batch", "rows per loading group"):
+        table.add_column(column)
+    for step, size in plan.schedule:
+        table.add_row(str(step), str(size), str(size // plan.num_batch_shards),
+                      str(size // plan.shard_count))
+    console.print(table)
+    console.print("Every size has the same loading groups, and rows are consumed in order "
+                  "across the sizes. The tables below are for step 0's size.", highlight=False)
 
 
 def _print_groups(console: Console, plan: Plan, plans: tuple[Plan, ...]) -> None:

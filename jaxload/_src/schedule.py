@@ -116,6 +116,12 @@ class Schedule:
     def first(self) -> Plan:
         return self.plans[self.pairs[0][1]]
 
+    @property
+    def plan(self) -> Plan:
+        """Step 0's plan, carrying the schedule (what ``loader.plan`` and ``Plan.explain``
+        show)."""
+        return dataclasses.replace(self.first, schedule=self.pairs)
+
     def size_at(self, step: int) -> int:
         return [size for first, size in self.pairs if first <= step][-1]
 
