@@ -11,8 +11,14 @@ import jaxload
 import jaxload.testing
 
 
-def compile_then_run(backend: str, layout_name: str, remainder: str):
-    """Worker side: compile before iterating, then run the compiled step on every batch."""
+def sizes(G: int, scheduled: bool) -> list[tuple[int, int]]:
+    """The global batch size from each step on: ``G``, or a schedule ``G, 2G, 4G``."""
+    return [(0, G), (2, 2 * G), (4, 4 * G)] if scheduled else [(0, G)]
+
+
+def compile_then_run(backend: str, layout_name: str, remainder: str, scheduled: bool = False):
+    """Worker side: compile before iterating (one step per size of a schedule), then run the
+    step compiled for each step's size on every batch."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
@@ -22,6 +28,7 @@ def compile_then_run(backend: str, layout_name: str, remainder: str):
                "across_processes": lambda: jaxload.model_replicas_across_processes(2)}
     layout = layouts[layout_name]()
     n, G = 100, 2 * layout.num_batch_shards  # 100 rows: the last step is partial
+    G = sizes(G, True) if scheduled else G
     if backend == "grain":
         import grain
 
@@ -42,30 +49,35 @@ def compile_then_run(backend: str, layout_name: str, remainder: str):
     def step(w, batch):
         return jnp.sum(batch["x"] @ w) + jnp.sum(batch["id"])
 
-    compiled = jax.jit(step).lower(params, spec).compile()  # before any data
+    compiled = {first: jax.jit(step).lower(params, loader.batch_spec(first)).compile()
+                for first, _ in (G if scheduled else [(0, G)])}  # before any data
     assert loader.stats().steps == 0
     totals = []
-    for batch in loader:
-        totals.append(float(compiled(params, batch)))
-    return dict(spec=described, totals=totals, again=loader.batch_spec(step=3) == spec)
+    for k, batch in enumerate(loader):
+        totals.append(float(compiled[max(f for f in compiled if f <= k)](params, batch)))
+    return dict(spec=described, totals=totals, again=loader.batch_spec(step=1) == spec)
 
 
-CASES = [("grain", topology, layout_name, remainder)
+CASES = [("grain", topology, layout_name, remainder, False)
          for topology, layout_name in [((2, 4), "data_parallel"), ((2, 4), "in_process"),
                                        ((4, 2), "across_processes")]
          for remainder in ("drop", "pad")] + [
-    ("tf", (2, 4), "data_parallel", "pad"), ("tf", (4, 2), "across_processes", "drop"),
-    ("tf", (2, 4), "in_process", "drop")]
+    ("tf", (2, 4), "data_parallel", "pad", False), ("tf", (4, 2), "across_processes", "drop", False),
+    ("tf", (2, 4), "in_process", "drop", False),
+    ("grain", (2, 4), "data_parallel", "pad", True),  # under a schedule: G, 2G, 4G
+    ("tf", (4, 2), "across_processes", "drop", True), ("tf", (2, 4), "in_process", "pad", True)]
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("backend,topology,layout_name,remainder", CASES,
-                         ids=[f"{b}-{t[0]}x{t[1]}-{n}-{r}" for b, t, n, r in CASES])
+@pytest.mark.parametrize("backend,topology,layout_name,remainder,scheduled", CASES,
+                         ids=[f"{b}-{t[0]}x{t[1]}-{n}-{r}{'-schedule' * s}"
+                              for b, t, n, r, s in CASES])
 def test_a_step_compiled_from_the_spec_runs_on_every_batch(backend, topology, layout_name,
-                                                          remainder):
+                                                          remainder, scheduled):
     results = jaxload.testing.run(compile_then_run, num_processes=topology[0],
                                   local_devices=topology[1],
-                                  args=(backend, layout_name, remainder), timeout_s=180)
+                                  args=(backend, layout_name, remainder, scheduled),
+                                  timeout_s=180)
     first = results[0]
     G = first["spec"]["x"][0][0]
     assert first["spec"]["x"][0] == (G, 3) and first["spec"]["x"][1] == "float32"
@@ -74,13 +86,18 @@ def test_a_step_compiled_from_the_spec_runs_on_every_batch(backend, topology, la
         assert first["spec"]["mask"][:2] == ((G,), "bool")
     else:
         assert "mask" not in first["spec"]
-    steps = 100 // G + (remainder == "pad" and 100 % G != 0)
+    bounds = [0]  # each step's first row, and the end of the last step's rows
+    while bounds[-1] < 100:
+        size = [size for f, size in sizes(G, scheduled) if f <= len(bounds) - 1][-1]
+        if bounds[-1] + size > 100 and remainder == "drop":
+            break
+        bounds.append(bounds[-1] + size)
     for r in results:
         assert r["spec"] == first["spec"] and r["again"]
-        assert len(r["totals"]) == steps
+        assert len(r["totals"]) == len(bounds) - 1
     # each step's total is 4 x the sum of its real ids (x is 3 copies of the id, plus the id);
     # padding rows are zeros
-    expected = [4.0 * sum(range(s * G, min((s + 1) * G, 100))) for s in range(steps)]
+    expected = [4.0 * sum(range(a, min(b, 100))) for a, b in zip(bounds, bounds[1:], strict=False)]
     assert results[0]["totals"] == pytest.approx(expected)
 
 
