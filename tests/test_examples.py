@@ -45,25 +45,19 @@ def test_checks_example_catches_both_mistakes_on_every_process():
 
 @pytest.mark.cluster
 def test_quick_reference_under_launch():
-    done = subprocess.run([sys.executable, "-m", "jaxload", "launch", "-n", "2", "--local-devices",
-                           "4", "--", "python", str(EXAMPLES / "quick_reference.py")],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stdout = launch_example("quick_reference.py", 2, 4)
     for p in (0, 1):
         assert f"[{p}] 8 steps of (128, 8, 8, 3) float32; this process loaded 512 of 1024" \
-            in done.stdout
-    assert "[1] device 2048: rows 64-79, samples [1, 3, 5, 7]..." in done.stdout
+            in stdout
+    assert "[1] device 2048: rows 64-79, samples [1, 3, 5, 7]..." in stdout
 
 
 @pytest.mark.cluster
 def test_training_loop_loss_goes_down():
-    done = subprocess.run([sys.executable, "-m", "jaxload", "launch", "-n", "2", "--local-devices",
-                           "4", "--", "python", str(EXAMPLES / "train.py")],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "[0] first step: loss" in done.stdout and "[0] epoch 2: loss" in done.stdout
-    assert "[0] max |w - w_true| = 0.00" in done.stdout  # the script asserts the loss went down
-    assert "[0] slowest: process " in done.stdout  # loader.stats(all_processes=True)
+    stdout = launch_example("train.py", 2, 4)
+    assert "[0] first step: loss" in stdout and "[0] epoch 2: loss" in stdout
+    assert "[0] max |w - w_true| = 0.00" in stdout  # the script asserts the loss went down
+    assert "[0] slowest: process " in stdout  # loader.stats(all_processes=True)
 
 
 def launch_example(name: str, processes: int, devices: int, *args: str) -> str:
@@ -129,14 +123,22 @@ def test_tf_data_service_example():
 
 @pytest.mark.cluster
 def test_context_parallel_example_under_launch():
-    done = subprocess.run([sys.executable, "-m", "jaxload", "launch", "-n", "2", "--local-devices",
-                           "4", "--", "python", str(EXAMPLES / "context_parallel.py")],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    out = done.stdout
+    out = launch_example("context_parallel.py", 2, 4)
     assert "[1] process 1 device 2048: rows 0-1, tokens 4-7: [[4, 5, 6, 7], [104, 105, 106, 107]]" \
         in out
     assert "[0] process 0 step 3: rows 0-3, mask [1, 0, 0, 0]" in out
     assert "[1] process 1 read ids []" in out
     assert "[0] step 0: ids by loading group {0: [0, 1, 2, 3, 4, 5, 6, 7], 1: [8, 9, 10, 11]}" \
         in out
+
+
+@pytest.mark.cluster
+def test_ramp_up_example_under_launch():
+    stdout = launch_example("ramp_up.py", 2, 4)
+    assert "[0] │ 3         │ 32           │ 4                 │ 16" in stdout
+    for line in ("[1] step 2: 16 rows, first id on each of this process's devices [33, 37, 41, 45]",
+                 "[0] step 3: 32 rows, first id on each of this process's devices [48, 56, 64, 72]",
+                 "[1] step 6: 64 rows, first id on each of this process's devices [145, 161, 177,",
+                 "[0] sum of the ids delivered: 20503 (0 + 1 + ... + 202 = 20503)",
+                 "[1] sum of the ids delivered: 20503"):
+        assert line in stdout, line

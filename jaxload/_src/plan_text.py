@@ -75,8 +75,8 @@ def _print_schedule(console: Console, plan: Plan) -> None:
         table.add_row(str(step), str(size), str(size // plan.num_batch_shards),
                       str(size // plan.shard_count))
     console.print(table)
-    console.print("Every size has the same loading groups, and rows are consumed in order "
-                  "across the sizes. The tables below are for step 0's size.", highlight=False)
+    console.print("Every size has the same loading groups; rows are consumed in order across "
+                  "the sizes.\nThe tables below are for step 0's size.", highlight=False)
 
 
 def _print_groups(console: Console, plan: Plan, plans: tuple[Plan, ...]) -> None:

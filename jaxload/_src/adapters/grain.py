@@ -53,7 +53,12 @@ def from_grain(
         then checks that its sampler shards by this process's loading group (use
         :func:`grain_shard_options`) and that it batches ``plan.local_batch_size`` rows.
       layout: where the batches go (``jaxload.data_parallel()``, ...).
-      global_batch_size: rows per step over all devices.
+      global_batch_size: rows per step over all devices; or a batch-size schedule,
+        ``[(first_step, size), ...]`` from step 0 (e.g. ``[(0, 64), (1000, 128)]``): each step's
+        batch has that step's size, rows are consumed in order across the changes, and the steps
+        count across passes (a second pass goes on with the schedule). Every size is checked
+        against the layout before any data (a multiple of its batch shards). Not with
+        ``batched=True`` or a ``grain.DataLoader`` (they batch themselves).
       shard: ``False`` if ``ds`` already holds only this loading group's elements; jaxload then
         only batches. An ``IterDataset`` cannot be sharded by index without reading every
         element, so shard its source ``MapDataset`` first
@@ -99,6 +104,13 @@ def from_grain(
       >>> loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=128)
       >>> next(iter(loader))["x"].shape
       (128,)
+
+      A batch-size schedule: 128 rows at steps 0 and 1, then 256:
+
+      >>> ramp = jaxload.from_grain(ds, jaxload.data_parallel(),
+      ...                           global_batch_size=[(0, 128), (2, 256)])
+      >>> [batch["x"].shape[0] for batch in ramp]
+      [128, 128, 256, 256, 256]
 
     Resuming: ``loader.get_state()`` / ``set_state`` continue exactly on the same plan, and on
     another topology at the state's global row (``ds[rows:][k::K]``) for a sharded, unbatched

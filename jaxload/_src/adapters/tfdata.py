@@ -47,7 +47,12 @@ def from_tf_data(
       ds: an unbatched ``tf.data.Dataset``; elements are arrays/scalars or dicts, tuples and
         nested structures of them, with fully known shapes and numeric or bool dtypes.
       layout: where the batches go (``jaxload.data_parallel()``, ...).
-      global_batch_size: rows per step over all devices.
+      global_batch_size: rows per step over all devices; or a batch-size schedule,
+        ``[(first_step, size), ...]`` from step 0 (e.g. ``[(0, 64), (1000, 128)]``): each step's
+        batch has that step's size, rows are consumed in order across the changes, and the steps
+        count across passes (a second pass goes on with the schedule). Every size is checked
+        against the layout before any data (a multiple of its batch shards). Not with
+        ``batched=True`` or ``service=`` (they batch themselves).
       shard: ``False`` if ``ds`` already yields only this loading group's elements (for example
         you sharded files yourself by ``layout.plan(...).shard_index``); jaxload then only
         batches. Sharding here reads and skips the other groups' elements, so for large
