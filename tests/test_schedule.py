@@ -22,23 +22,23 @@ N = 203
 SCHEDULE = [(0, 16), (3, 32), (6, 64)]
 
 
-def size_at(step: int) -> int:
-    return [size for first, size in SCHEDULE if first <= step][-1]
+def size_at(step: int, schedule=SCHEDULE) -> int:
+    return [size for first, size in schedule if first <= step][-1]
 
 
-def rows_before(step: int) -> int:
-    return sum(size_at(s) for s in range(step))
+def rows_before(step: int, schedule=SCHEDULE) -> int:
+    return sum(size_at(s, schedule) for s in range(step))
 
 
 def run_schedule(backend: str, layout_name: str, steps: int | None, state: str | None,
-                 orbax: tuple[str, str] | None = None):
+                 orbax: tuple[str, str] | None = None, schedule=SCHEDULE):
     """Worker side: a padded pass under the schedule (from ``state`` if given), each step's
     shards recorded; stopped after ``steps`` steps, with the state then. ``orbax`` is
     ``(api, directory)``: the state is saved there (``steps`` given) or restored from it."""
     from placement import make_layout, make_loader, record
 
     loader = make_loader(backend, make_layout(layout_name), range(N),
-                         global_batch_size=SCHEDULE, remainder="pad")
+                         global_batch_size=schedule, remainder="pad")
     if state is not None:
         loader.set_state(json.loads(state))
     if orbax is not None and steps is None:
@@ -53,8 +53,8 @@ def run_schedule(backend: str, layout_name: str, steps: int | None, state: str |
         if orbax is not None and steps is not None:
             orbax_checkpoint(*orbax, loader, save=True)
         return dict(groups=loader.plan.shard_count, first_step=first, steps=recorded,
-                    state=json.dumps(loader.get_state()),
-                    specs=[loader.batch_spec(s)["id"].shape for s in (0, 3, 6)])
+                    state=json.dumps(loader.get_state()), shards=loader.plan.num_batch_shards,
+                    specs=[loader.batch_spec(s)["id"].shape for s, _ in schedule])
 
 
 def orbax_checkpoint(api: str, directory: str, loader, *, save: bool) -> None:
@@ -76,14 +76,21 @@ def orbax_checkpoint(api: str, directory: str, loader, *, save: bool) -> None:
             data=jaxload.checkpoint.CheckpointRestore(loader)))
 
 
-def delivered(results: list[dict]) -> list[int]:
+def placed(size: int, shards: int) -> int:
+    """The rows placed on the devices for ``size`` (rounded up to the batch shards)."""
+    return -(-size // shards) * shards
+
+
+def delivered(results: list[dict], schedule=SCHEDULE) -> list[int]:
     """Checks every step's shards, on every process and device, against the rows the schedule
-    gives the step; returns the real (masked-in) ids delivered, one per global row."""
+    gives the step (a padded size: ``size / K`` real rows at the start of each group's block);
+    returns the real (masked-in) ids delivered, one per global row."""
     groups, first = results[0]["groups"], results[0]["first_step"]
     ids = []
     for offset in range(len(results[0]["steps"])):
         s = first + offset
-        size, local = size_at(s), size_at(s) // groups
+        size = placed(size_at(s, schedule), results[0]["shards"])
+        local, real = size // groups, size_at(s, schedule) // groups
         held: dict[int, list[tuple[int, bool]]] = {}
         for result in results:
             step = result["steps"][offset]
@@ -96,8 +103,8 @@ def delivered(results: list[dict]) -> list[int]:
         assert sorted(held) == list(range(size)), f"step {s}: rows held {sorted(held)}"
         for r, copies in held.items():
             k, j = divmod(r, local)
-            expected = k + groups * (rows_before(s) // groups + j)
-            if expected < N:
+            expected = k + groups * (rows_before(s, schedule) // groups + j)
+            if j < real and expected < N:
                 assert copies == [(expected, True)] * len(copies), (s, r, copies, expected)
                 ids.append(expected)
             else:
@@ -119,6 +126,20 @@ def test_each_step_holds_its_sizes_rows(backend, n, d, layout):
         assert len(r["steps"]) == 7  # 3 x 16 + 3 x 32 + 59 of 64 rows (padded)
         assert r["specs"] == [(16,), (32,), (64,)]
     assert sorted(delivered(results)) == list(range(N))
+
+
+SMALL = [(0, 4), (2, 16), (4, 12)]  # 4 and 12 rows: padded to the 8 batch shards
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("backend, n, d", [("grain", 2, 4), ("tf", 4, 2)])
+def test_padded_sizes_spread_their_real_rows_over_the_groups(backend, n, d):
+    results = jaxload.testing.run(run_schedule, num_processes=n, local_devices=d,
+                                  args=(backend, "data_parallel", None, None, None, SMALL),
+                                  timeout_s=180)
+    for r in results:  # 4 + 4 + 16 + 16 + 12 x 13 + 11 of 12: 18 steps
+        assert len(r["steps"]) == 18 and r["specs"] == [(8,), (16,), (16,)]
+    assert sorted(delivered(results, SMALL)) == list(range(N))
 
 
 @pytest.mark.cluster
@@ -156,9 +177,25 @@ def test_a_size_the_layout_cannot_split_is_named_before_any_data():
     with pytest.raises(ValueError, match=r"size 12 from step 5: .*multiple of the 8 batch shards"):
         jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
                            global_batch_size=[(0, 16), (5, 12)])
-    with pytest.raises(ValueError, match=r"size 12 from step 5: under a schedule every size"):
-        jaxload.from_grain(grain.MapDataset.range(64), jaxload.data_parallel(),
-                           global_batch_size=[(0, 16), (5, 12)], remainder="pad")
+    padded = jaxload.from_grain(grain.MapDataset.range(64).map(lambda i: {"id": i}),
+                                jaxload.data_parallel(),
+                                global_batch_size=[(0, 16), (5, 12)], remainder="pad")
+    assert padded.batch_spec(5)["mask"].shape == (16,)  # 12 real rows of 16
+    assert "12 (placed as 16)" in padded.plan.explain()
+
+
+def test_a_padded_size_must_be_a_multiple_of_the_loading_groups():
+    from jaxload._src.remainder import padded_batch_size
+    from jaxload._src.schedule import Schedule
+
+    layout = jaxload.data_parallel(devices=jaxload.simulated_devices(4, 2))  # 4 groups, 8 shards
+    plan_of = lambda size: layout.plan(padded_batch_size(layout, size, "pad"))  # noqa: E731
+    schedule = Schedule.build(((0, 4), (2, 16), (4, 12)), plan_of)
+    assert (schedule.unit, schedule.parts(0), schedule.parts(2), schedule.parts(4)) == (1, 1, 4, 3)
+    assert schedule.plan_at(4).local_batch_size == 4  # 3 real rows and 1 of padding per group
+    with pytest.raises(ValueError, match=r"size 6 from step 2: a size the 8 batch shards do not "
+                       r"divide must be a multiple of the 4 loading groups .* e.g. 4"):
+        Schedule.build(((0, 16), (2, 6)), plan_of)
 
 
 def ids_of(batch) -> list[int]:

@@ -71,9 +71,12 @@ def _print_schedule(console: Console, plan: Plan) -> None:
     table = Table(title="Batch-size schedule")
     for column in ("from step", "global batch", "per-replica batch", "rows per loading group"):
         table.add_column(column)
+    shards, groups = plan.num_batch_shards, plan.shard_count
     for step, size in plan.schedule:
-        table.add_row(str(step), str(size), str(size // plan.num_batch_shards),
-                      str(size // plan.shard_count))
+        placed = -(-size // shards) * shards  # remainder="pad": rounded up to the batch shards
+        padding = f" + {(placed - size) // groups} padding" if placed != size else ""
+        table.add_row(str(step), f"{size}" + (f" (placed as {placed})" if padding else ""),
+                      str(placed // shards), f"{size // groups}{padding}")
     console.print(table)
     console.print("Every size has the same loading groups; rows are consumed in order across "
                   "the sizes.\nThe tables below are for step 0's size.", highlight=False)

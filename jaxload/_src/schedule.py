@@ -8,15 +8,20 @@ most once (``"drop"``), and a state's global row means the same under any schedu
 How: the loading groups do not depend on the batch size (only on the layout's sharding), so
 each group keeps its share of the order (``k + K * j``) and takes ``size / K`` of its elements
 per step. The pipeline is batched to ``unit`` rows, the greatest common divisor of the
-per-process sizes, and :meth:`Schedule.regrouped` joins ``local_batch_size / unit`` of those
-batches into each step's batch; the backend position after a step is its last part's.
+``size / K``, and :meth:`Schedule.regrouped` joins ``size / K / unit`` of those batches into
+each step's batch; the backend position after a step is its last part's.
+
+With ``remainder="pad"`` a size that the batch shards do not divide is placed on the devices
+rounded up (:func:`~jaxload._src.remainder.padded_batch_size`); it must be a multiple of the
+``K`` loading groups, each of which then loads ``size / K`` real rows at the start of its block,
+the rest padding (``mask`` False).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import jax
@@ -66,19 +71,19 @@ def parse(value: Any) -> tuple[tuple[int, int], ...] | None:
     return tuple(pairs)
 
 
-def from_option(value: Any, plan_of: Any, unsupported: str | None
-                ) -> tuple[Any, Schedule | None]:
-    """``global_batch_size=`` as given: ``(value, None)`` for a size, or for a schedule the
-    global batch size to build the pipeline with (``unit`` rows per process) and the schedule.
+def from_option(value: Any, plan_of: Callable[[Any], Plan], unsupported: str | None
+                ) -> tuple[Any, Plan, Schedule | None]:
+    """``global_batch_size=`` as given: the global batch size to build the pipeline with, its
+    plan, and the schedule if any (the pipeline then batches ``unit`` rows per loading group).
     ``unsupported`` names a source that cannot follow a schedule (it batches itself)."""
     pairs = parse(value)
     if pairs is None:
-        return value, None
+        return value, plan_of(value), None
     if unsupported:
         raise ValueError(f"a global_batch_size schedule needs a pipeline jaxload batches; "
                          f"{unsupported} does not (pass one global_batch_size)")
     schedule = Schedule.build(pairs, plan_of)
-    return schedule.unit * schedule.first.shard_count, schedule
+    return schedule.unit * schedule.first.shard_count, schedule.pipeline_plan, schedule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,21 +105,31 @@ class Schedule:
             except ValueError as e:
                 raise ValueError(f"global_batch_size schedule, size {size} from step {step}: {e}"
                                  ) from e
-            if plan.global_batch_size != size:
+            if size % plan.shard_count:  # padded (remainder="pad") to the batch shards
                 raise ValueError(
-                    f"global_batch_size schedule, size {size} from step {step}: under a schedule "
-                    f"every size must be a multiple of the {plan.num_batch_shards} batch shards "
-                    "(a padded global batch is not supported there)")
+                    f"global_batch_size schedule, size {size} from step {step}: a size the "
+                    f"{plan.num_batch_shards} batch shards do not divide must be a multiple of "
+                    f"the {plan.shard_count} loading groups under a schedule (each loads "
+                    f"size / {plan.shard_count} real rows per step); e.g. "
+                    f"{max(size // plan.shard_count, 1) * plan.shard_count}")
             plans[size] = plan
         groups = {(p.shard_index, p.loading_groups) for p in plans.values()}
         if len(groups) > 1:  # a layout's groups follow its sharding, not the size: a guard
             raise ValueError("global_batch_size schedule: the sizes give different loading "
                              f"groups: {sorted(groups)}")
-        return cls(pairs, plans, math.gcd(*(p.local_batch_size for p in plans.values())))
+        count = next(iter(plans.values())).shard_count
+        return cls(pairs, plans, math.gcd(*(size // count for size in plans)))
 
     @property
     def first(self) -> Plan:
         return self.plans[self.pairs[0][1]]
+
+    @property
+    def pipeline_plan(self) -> Plan:
+        """What the pipeline batches: ``unit`` rows of this loading group's share."""
+        k, unit = self.first.shard_index, self.unit
+        return dataclasses.replace(self.first, global_batch_size=unit * self.first.shard_count,
+                                   local_batch_size=unit, global_rows=(k * unit, (k + 1) * unit))
 
     @property
     def plan(self) -> Plan:
@@ -137,7 +152,7 @@ class Schedule:
 
     def parts(self, step: int) -> int:
         """How many of the pipeline's batches make step ``step``'s per-process batch."""
-        return self.plan_at(step).local_batch_size // self.unit
+        return self.size_at(step) // self.first.shard_count // self.unit
 
     def steps_in(self, parts: int, first_step: int, pad: bool) -> int:
         """How many steps from ``first_step`` on ``parts`` pipeline batches make (the last one

@@ -57,7 +57,8 @@ def from_grain(
         ``[(first_step, size), ...]`` from step 0 (e.g. ``[(0, 64), (1000, 128)]``): each step's
         batch has that step's size, rows are consumed in order across the changes, and the steps
         count across passes (a second pass goes on with the schedule). Every size is checked
-        against the layout before any data (a multiple of its batch shards). Not with
+        against the layout before any data: a multiple of its batch shards, or with
+        ``remainder="pad"`` of its loading groups (padded then to the batch shards). Not with
         ``batched=True`` or a ``grain.DataLoader`` (they batch themselves).
       shard: ``False`` if ``ds`` already holds only this loading group's elements; jaxload then
         only batches. An ``IterDataset`` cannot be sharded by index without reading every
@@ -124,11 +125,10 @@ def from_grain(
     if read_options is not None and not isinstance(read_options, grain.ReadOptions):
         raise TypeError(f"read_options must be a grain.ReadOptions or None, got "
                         f"{type(read_options).__name__}: {read_options!r:.100}")
-    size, schedule = from_option(
+    size, plan, schedule = from_option(
         global_batch_size, lambda size: config.plan(layout, size),
         "a grain.DataLoader" if isinstance(ds, grain.DataLoader) else
         "batched=True" if batched else None)
-    plan = config.plan(layout, size)
     if plan.global_batch_size != size:
         check_padded_options(shard, batched, None if isinstance(ds, grain.MapDataset)
                              else f"a {type(ds).__name__}")

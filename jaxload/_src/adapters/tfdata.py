@@ -51,7 +51,8 @@ def from_tf_data(
         ``[(first_step, size), ...]`` from step 0 (e.g. ``[(0, 64), (1000, 128)]``): each step's
         batch has that step's size, rows are consumed in order across the changes, and the steps
         count across passes (a second pass goes on with the schedule). Every size is checked
-        against the layout before any data (a multiple of its batch shards). Not with
+        against the layout before any data: a multiple of its batch shards, or with
+        ``remainder="pad"`` of its loading groups (padded then to the batch shards). Not with
         ``batched=True`` or ``service=`` (they batch themselves).
       shard: ``False`` if ``ds`` already yields only this loading group's elements (for example
         you sharded files yourself by ``layout.plan(...).shard_index``); jaxload then only
@@ -112,10 +113,9 @@ def from_tf_data(
     config = LoaderConfig(remainder=remainder, checks=checks, prefetch=prefetch,
                           timeout_s=timeout_s, on_failure=on_failure, exit_grace_s=exit_grace_s,
                           name=name, record=record, load_once=load_once or service is not None)
-    size, schedule = from_option(
+    size, plan, schedule = from_option(
         global_batch_size, lambda size: config.plan(layout, size),
         "service=" if service is not None else "batched=True" if batched else None)
-    plan = config.plan(layout, size)
     if plan.global_batch_size != size:
         check_padded_options(shard, batched, "service=" if service is not None else None)
     pipeline: Pipeline
