@@ -48,6 +48,7 @@ bench: install
 	$(PY) benchmarks/bench.py
 	$(PY) benchmarks/watchdog_cost.py
 	$(PY) benchmarks/head_start.py
+	$(PY) benchmarks/schedule_cost.py
 
 lint: install
 	$(PY) -m ruff check jaxload tests examples
