@@ -272,3 +272,26 @@ def test_plan_explain_and_the_cli_show_the_schedule(capsys):
         layout.plan([(0, 16), (3, 10)])
     assert grain_loader().plan.schedule == ((0, 8), (3, 16), (5, 32))
     assert layout.plan(16).schedule == ()
+
+
+def test_step_counts_of_a_known_length_follow_the_segments():
+    import random
+
+    from jaxload._src.schedule import Schedule
+
+    layout = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4))
+    rng = random.Random(0)
+    for _ in range(200):
+        firsts = sorted(rng.sample(range(1, 30), rng.randint(0, 4)))
+        pairs = tuple(zip([0, *firsts], [8 * rng.randint(1, 6) for _ in range(len(firsts) + 1)],
+                          strict=True))
+        schedule = Schedule.build(pairs, layout.plan)
+        parts, first, pad = rng.randint(0, 400), rng.randint(0, 35), rng.random() < 0.5
+        step, left = first, parts  # one step at a time, as the regrouping reads them
+        while left >= schedule.parts(step):
+            left, step = left - schedule.parts(step), step + 1
+        expected = step - first + (1 if pad and left else 0)
+        assert schedule.steps_in(parts, first, pad) == expected, (pairs, parts, first, pad)
+    big = Schedule.build(((0, 8), (1000, 16), (5000, 64)), layout.plan)
+    # parts (unit 4 rows per group) per step: 1, then 2, then 8
+    assert big.steps_in(10**9, 0, False) == 5000 + (10**9 - 1000 - 8000) // 8  # at once

@@ -92,7 +92,7 @@ class Schedule:
 
     pairs: tuple[tuple[int, int], ...]
     plans: dict[int, Plan] = dataclasses.field(compare=False)
-    unit: int  # rows per process of the pipeline's batches: gcd of the per-process sizes
+    unit: int  # rows per loading group of the pipeline's batches: gcd of the size / K
 
     @classmethod
     def build(cls, pairs: tuple[tuple[int, int], ...], plan_of: Any) -> Schedule:
@@ -160,10 +160,13 @@ class Schedule:
         if parts == INFINITE:
             return INFINITE
         step = first_step
-        while parts >= self.parts(step):
-            parts -= self.parts(step)
-            step += 1
-        return step - first_step + (1 if pad and parts else 0)
+        while True:  # a segment (steps of one size) at a time: O(pairs), not O(steps)
+            per = self.parts(step)
+            end = next((first for first, _ in self.pairs if first > step), None)
+            span = parts // per if end is None else min(parts // per, end - step)
+            step, parts = step + span, parts - span * per
+            if end is None or step < end:  # the parts ran out inside this segment
+                return step - first_step + (1 if pad and parts else 0)
 
     def after(self, steps: int) -> Schedule:
         """This schedule for a pass that starts ``steps`` steps into it (the loader's earlier
