@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxload._src.assemble import aligned_empty
 from jaxload._src.plan import Plan
 from jaxload._src.trees import HostBatch
 from jaxload._src.validate import is_nonnegative_int, is_positive_int
@@ -224,7 +225,15 @@ def next_pass(position: dict[str, Any], start: dict[str, Any]) -> dict[str, Any]
 
 
 def _joined(batches: list[HostBatch]) -> HostBatch:
+    """The batches' rows in one batch, each leaf written once into an aligned buffer (which
+    XLA:CPU then uses in place, as the pipelines' own batches)."""
     if len(batches) == 1:
         return batches[0]
-    joined: HostBatch = jax.tree_util.tree_map(lambda *leaves: np.concatenate(leaves), *batches)
+
+    def join(*leaves: Any) -> np.ndarray:
+        arrays = [np.asarray(leaf) for leaf in leaves]
+        out = aligned_empty((sum(len(a) for a in arrays), *arrays[0].shape[1:]), arrays[0].dtype)
+        return np.concatenate(arrays, out=out)
+
+    joined: HostBatch = jax.tree_util.tree_map(join, *batches)
     return joined
