@@ -33,14 +33,19 @@ def state_after_two_steps():
         return loader.get_state()
 
 
+def fresh_loader(**options):
+    """An event set when a row is read, a state after two steps, and a fresh loader to restore
+    it in (over the watched dataset)."""
+    read = threading.Event()
+    fresh = jaxload.from_grain(watched_dataset(read), jaxload.data_parallel(),
+                               global_batch_size=16, **options)
+    return read, state_after_two_steps(), fresh
+
+
 @pytest.mark.parametrize("prefetch, head_start, reads_early", [
     (2, True, True), (2, False, False), (0, True, False)])
 def test_set_state_starts_reading_before_the_first_next(prefetch, head_start, reads_early):
-    read = threading.Event()
-    ds = watched_dataset(read)
-    state = state_after_two_steps()
-    fresh = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=16,
-                               prefetch=prefetch)
+    read, state, fresh = fresh_loader(prefetch=prefetch)
     fresh.get_state()  # its dataset fingerprint (rows 0, 32 and 63) is read once, here
     read.clear()
     fresh.set_state(state, head_start=head_start)
@@ -52,20 +57,14 @@ def test_set_state_starts_reading_before_the_first_next(prefetch, head_start, re
 
 
 def test_a_second_set_state_replaces_the_started_pass():
-    read = threading.Event()
-    ds = watched_dataset(read)
-    state = state_after_two_steps()
-    fresh = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=16)
+    read, state, fresh = fresh_loader()
     fresh.set_state(state)
     fresh.set_state({**state})
     assert [np.asarray(b["id"])[0] for b in fresh] == [32, 48]
 
 
 def test_close_stops_a_started_pass():
-    read = threading.Event()
-    ds = watched_dataset(read)
-    state = state_after_two_steps()
-    fresh = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=16)
+    read, state, fresh = fresh_loader()
     fresh.set_state(state)
     assert read.wait(timeout=10)
     fresh.close()

@@ -29,10 +29,9 @@ import numpy as np
 
 from jaxload._src.assemble import aligned_empty
 from jaxload._src.plan import Plan
+from jaxload._src.protocol import INFINITE
 from jaxload._src.trees import HostBatch
 from jaxload._src.validate import is_nonnegative_int, is_positive_int
-
-INFINITE = -1  # protocol.INFINITE: a pipeline without end
 
 
 def parse(value: Any) -> tuple[tuple[int, int], ...] | None:
@@ -197,13 +196,13 @@ class Regrouped:
         items, step = iter(self._source), self._first
         try:
             while True:
-                parts = []
-                for _ in range(self._schedule.parts(step)):
+                wanted, parts = self._schedule.parts(step), []
+                for _ in range(wanted):
                     item = next(items, None)
                     if item is None:
                         break
                     parts.append(item)
-                if not parts or (len(parts) < self._schedule.parts(step) and not self._pad):
+                if not parts or (len(parts) < wanted and not self._pad):
                     return
                 yield _joined([batch for batch, _ in parts]), parts[-1][1]
                 step += 1

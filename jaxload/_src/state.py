@@ -48,10 +48,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxload._src.trees import HostBatch
 from jaxload._src.validate import is_nonnegative_int
+
+if TYPE_CHECKING:
+    from jaxload._src.schedule import Schedule
 
 State = dict[str, Any]
 """A loader state (``Loader.get_state``): JSON-serializable."""
@@ -148,7 +151,8 @@ def why_not_sliceable(shard: bool, batched: bool, whole: str) -> str | None:
     return None
 
 
-def rows_consumed(position: Position, rows_per_step: int, schedule: Any = None) -> int:
+def rows_consumed(position: Position, rows_per_step: int, schedule: Schedule | None = None
+                  ) -> int:
     """Global rows consumed at ``position`` (``origin``: the row its pipeline started at, at
     step ``origin_step`` of a batch-size schedule)."""
     if schedule is not None:  # steps_before: the steps of the loader's earlier passes
@@ -159,7 +163,7 @@ def rows_consumed(position: Position, rows_per_step: int, schedule: Any = None) 
 
 
 def describe(backend: str, plan: Any, remainder: str, elastic: Elastic,
-             position: Position, schedule: Any = None) -> State:
+             position: Position, schedule: Schedule | None = None) -> State:
     """The JSON-serializable state of a loader at ``position`` (``step``, ``origin``,
     backend ``position``); ``schedule``: its batch-size schedule, if any."""
     rows_per_step = elastic.rows_per_step or plan.global_batch_size
