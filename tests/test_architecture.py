@@ -1,7 +1,8 @@
 """The package's structural rules, read from its sources with ``ast`` (without importing it).
 
 - modules and functions stay short enough to read whole;
-- no import cycle among jaxload's modules, imports inside functions included;
+- no import cycle among jaxload's modules, imports inside functions and under
+  ``if TYPE_CHECKING:`` included (a circle of types is a circle of design all the same);
 - the data flows one way: the public modules (``jaxload``, ``jaxload.check``, ...) re-export
   from ``jaxload._src``, which never imports them;
 - only ``jaxload/_src/compat.py`` reads private attributes of JAX, Grain, TensorFlow or Orbax,
@@ -222,10 +223,18 @@ def imports(module: Module, known: set[str]) -> list[Import]:
     return found
 
 
-def import_graph(modules: list[Module], type_only: bool = False) -> dict[str, set[str]]:
+def import_graph(modules: list[Module], types: bool = True) -> dict[str, set[str]]:
+    """Each module's imports of jaxload's modules: all of them, or with ``types=False`` only
+    those made at run time (the ``if TYPE_CHECKING:`` ones left out)."""
     known = {m.name for m in modules}
-    return {m.name: {i.target for i in imports(m, known) if type_only or not i.type_only}
+    return {m.name: {i.target for i in imports(m, known) if types or not i.type_only}
             for m in modules}
+
+
+def type_only_edges(modules: list[Module]) -> set[tuple[str, str]]:
+    """``(importer, imported)`` where every import of ``imported`` is under ``if TYPE_CHECKING:``."""
+    everything, at_run_time = import_graph(modules), import_graph(modules, types=False)
+    return {(m, t) for m, targets in everything.items() for t in targets - at_run_time[m]}
 
 
 def tangles(graph: dict[str, set[str]]) -> list[set[str]]:
@@ -284,16 +293,27 @@ def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
     raise AssertionError(f"no cycle in the strongly connected component {component}")
 
 
-def test_no_import_cycles():
-    graph = import_graph(package_modules())
+def describe_cycles(modules: list[Module]) -> list[str]:
+    """One line per tangle: a cycle, each arrow that only ``if TYPE_CHECKING:`` imports drawn
+    ``-(types)->``."""
+    graph, for_types = import_graph(modules), type_only_edges(modules)
     found = []
     for tangle in tangles(graph):
         cycle = _cycle_in(graph, tangle)
+        line = cycle[0] + "".join(
+            f" {'-(types)->' if (a, b) in for_types else '->'} {b}"
+            for a, b in zip(cycle, cycle[1:], strict=False))
         more = f" (all of {sorted(tangle)} import each other)" if len(tangle) >= len(cycle) else ""
-        found.append(" -> ".join(cycle) + more)
+        found.append(line + more)
+    return found
+
+
+def test_no_import_cycles():
+    found = describe_cycles(package_modules())
     assert not found, _offenders(
-        "import cycles among jaxload's modules (imports inside functions included, "
-        "`if TYPE_CHECKING:` imports not)", found)
+        "import cycles among jaxload's modules (imports inside functions and under "
+        "`if TYPE_CHECKING:` included; give the types one side needs a lower module of their "
+        "own, e.g. a Protocol or a dataclass)", found)
 
 
 def _in_private_layer(name: str) -> bool:
@@ -363,14 +383,23 @@ def test_imports_of_the_public_layer_are_found():
     assert public_imports(modules) == ["jaxload/_src/y.py:3: imports jaxload"]
 
 
-def test_type_checking_imports_are_marked_and_left_out_of_the_cycles():
+def test_type_checking_imports_are_marked_and_make_cycles_too():
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jaxload._src import x\n"
     modules = [Module("jaxload._src.y", "jaxload/_src/y.py", source),
                Module("jaxload._src.x", "jaxload/_src/x.py", "from jaxload._src import y\n")]
     assert imports(modules[0], _KNOWN) == [Import("jaxload._src.x", 3, True)]
-    assert cycles(import_graph(modules)) == []
-    assert cycles(import_graph(modules, type_only=True)) == [
+    assert cycles(import_graph(modules, types=False)) == []
+    assert cycles(import_graph(modules)) == [
         ["jaxload._src.x", "jaxload._src.y", "jaxload._src.x"]]
+    assert describe_cycles(modules) == ["jaxload._src.x -> jaxload._src.y -(types)-> jaxload._src.x"]
+
+
+def test_an_import_at_run_time_and_for_types_is_drawn_as_at_run_time():
+    source = ("from typing import TYPE_CHECKING\nfrom jaxload._src import x\n"
+              "if TYPE_CHECKING:\n    from jaxload._src.x import name\n")
+    modules = [Module("jaxload._src.y", "jaxload/_src/y.py", source),
+               Module("jaxload._src.x", "jaxload/_src/x.py", "from jaxload._src import y\n")]
+    assert describe_cycles(modules) == ["jaxload._src.x -> jaxload._src.y -> jaxload._src.x"]
 
 
 # --- private attributes of the backends --------------------------------------------------------

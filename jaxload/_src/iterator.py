@@ -2,75 +2,50 @@
 
 The iterator hands the pass's batches to the loop, reshards them (``load_once``) and checks them
 on the loop's thread, and tells the loader the position after each batch. What the pass needs
-it gets at the start in a :class:`PassContext`, so that neither holds the other: a pass dropped
-by the loop (a ``break``) is closed at once.
+it gets at the start in a :class:`~jaxload._src.pass_context.PassContext`, so that neither holds
+the other: a pass dropped by the loop (a ``break``) is closed at once. What the iterator does for
+its loader it gets in a :class:`LoopSide` (the loader's name, layout and reshard, and where to
+report the position), so that it needs no :class:`~jaxload.Loader` of its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
-from collections.abc import Generator, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
 
 import jax
 
-from jaxload._src import check, failures, watchdog
-from jaxload._src.agreement import Exchange, PeerFailedError
-from jaxload._src.config import LoaderConfig
+from jaxload._src import check, failures
+from jaxload._src.agreement import PeerFailedError
+from jaxload._src.layout import Layout
+from jaxload._src.pass_context import LoopFailure, PassContext
 from jaxload._src.passes import Handout, Pass
-from jaxload._src.plan import Plan
 from jaxload._src.prefetch import Prefetched, closer, prefetched
-from jaxload._src.records import Recorder
-from jaxload._src.schedule import Schedule, next_pass
+from jaxload._src.schedule import next_pass
 from jaxload._src.stage import Stage
 from jaxload._src.state import START
-from jaxload._src.stats import Stats, timed
+from jaxload._src.stats import timed
 from jaxload._src.trees import GlobalBatch, HostBatch
 
-if TYPE_CHECKING:
-    from jaxload._src.loader import Loader
 
 @dataclasses.dataclass(frozen=True)
-class LoopFailure:
-    """A failure on the loop's side of a pass (the reshard), which the pass reports to the
-    other processes when it is closed."""
-
-    error: BaseException
-    stage: Stage
-    step: int
-
-
-@dataclasses.dataclass
-class PassContext:
-    """What one pass works with, given to it when it starts.
+class LoopSide:
+    """What the iterator does for its loader on the loop's thread.
 
     Attributes:
-      exchange: the pass's exchange with the other processes (its rounds).
-      plan, config: what this process loads, and the loader's options.
-      schedule: the batch-size schedule, if any: each step's plan is then ``plan_at(step)``.
-      start: where the pass starts: ``step``, ``origin`` (global row), backend ``position``.
-      stats, recorder: the loader's, which the pass adds to.
-      watchdog: this process's (failures, stuck reads).
-      waiting: set while the loop waits in ``next()`` (blocked on the pass's rounds).
-      failure: the loop's own failure, if one ended the pass.
+      name: the loader's name, which names the exchanges of its checks.
+      layout: what the checks compare across processes, and what a failed reshard still
+        places its zeros on.
+      reshard: moves a batch to ``layout`` (``load_once``), or None.
+      handed_out: told the loader's position after each batch handed out (and at the end).
     """
 
-    exchange: Exchange
-    plan: Plan
-    config: LoaderConfig
-    start: dict[str, Any]
-    stats: Stats
-    recorder: Recorder
-    watchdog: watchdog.Watchdog
-    waiting: threading.Event = dataclasses.field(default_factory=threading.Event)
-    failure: LoopFailure | None = None
-    schedule: Schedule | None = None
-
-    def plan_at(self, step: int) -> Plan:
-        """What this process loads at ``step``."""
-        return self.plan if self.schedule is None else self.schedule.plan_at(step)
+    name: str
+    layout: Layout
+    reshard: Callable[[GlobalBatch], GlobalBatch] | None
+    handed_out: Callable[[dict[str, Any]], None]
 
 
 class LoaderIterator:
@@ -88,9 +63,9 @@ class LoaderIterator:
       >>> # leaving the block closed the pass: the other processes end it too
     """
 
-    def __init__(self, loader: Loader, context: PassContext,
+    def __init__(self, loop: LoopSide, context: PassContext,
                  source: Iterable[tuple[HostBatch, Any]]):
-        self._loader, self._context = loader, context
+        self._loop, self._context = loop, context
         self._at: dict[str, Any] = context.start  # the position after the last handout
         config, dog = context.config, context.watchdog
         dog.start()  # here, not in __del__: a finalizer must not start threads
@@ -137,8 +112,8 @@ class LoaderIterator:
         except StopIteration:
             self._ended()
             # a finished pass: the next one starts at row 0 (and a schedule goes on)
-            self._loader._handed_out(START if context.schedule is None else
-                                     next_pass(self._at, START))
+            self._loop.handed_out(START if context.schedule is None else
+                                  next_pass(self._at, START))
             raise
         except BaseException:
             self._ended()  # the pass reported the failure itself
@@ -148,7 +123,7 @@ class LoaderIterator:
         batch = self._on_loop_side(handout)
         context.recorder.handed_out(handout.step)
         self._at = {**context.start, **handout.position}  # and the origin
-        self._loader._handed_out(self._at)
+        self._loop.handed_out(self._at)
         now, stats = time.perf_counter(), context.stats
         stats.steps += 1
         stats.waited(now - asked)
@@ -160,8 +135,8 @@ class LoaderIterator:
     def _on_loop_side(self, handout: Handout) -> GlobalBatch:
         """Reshards (``load_once``) and checks a batch on the loop's thread: both are
         collectives, issued here in program order with the training step's own."""
-        loader, batch, stats = self._loader, handout.batch, self._context.stats
-        if loader._reshard is not None:
+        batch, stats = handout.batch, self._context.stats
+        if self._loop.reshard is not None:
             with timed(stats, "assemble"):
                 batch = self._resharded(handout)
         if handout.checks:
@@ -170,13 +145,14 @@ class LoaderIterator:
         return batch
 
     def _check(self, checks: str, batch: GlobalBatch) -> None:
-        loader, timeout_s = self._loader, self._context.config.timeout_s
+        loop, context = self._loop, self._context
+        timeout_s = context.config.timeout_s
         # one series per pass (its checks are counted in it): what this process remembers of
         # the exchanges it created stays one entry per pass
-        at = f"{loader.name}.pass{self._context.exchange.name.ordinal}"
+        at = f"{loop.name}.pass{context.exchange.name.ordinal}"
         try:
             if checks == "plan+batch":
-                check.plan(loader.layout, loader.plan.global_batch_size, timeout_s=timeout_s,
+                check.plan(loop.layout, context.plan.global_batch_size, timeout_s=timeout_s,
                            name=at)
             check.batch(batch, timeout_s=timeout_s, name=at)
         except Exception:
@@ -194,10 +170,10 @@ class LoaderIterator:
         the batch out (with XLA:CPU's synchronous collectives that read always sees the mark;
         where dispatch is asynchronous the round after the window reports it in any case).
         """
-        loader, context = self._loader, self._context
-        assert loader._reshard is not None
+        reshard, context = self._loop.reshard, self._context
+        assert reshard is not None
         try:
-            batch: GlobalBatch = loader._reshard(handout.batch)
+            batch: GlobalBatch = reshard(handout.batch)
         except Exception as e:
             self._fail_reshard(e, handout)
             raise
@@ -215,7 +191,7 @@ class LoaderIterator:
         failures.add_note(error, f"jaxload: {failure.text} (told every process)")
         try:
             zeros = jax.tree_util.tree_map(jax.numpy.zeros_like, handout.batch)
-            jax.device_put(zeros, self._loader.layout.shardings(zeros))
+            jax.device_put(zeros, self._loop.layout.shardings(zeros))
         except Exception:  # noqa: BLE001 - the original failure is what is raised
             pass
         context.failure = LoopFailure(error, Stage.RESHARDING, handout.step)

@@ -26,8 +26,9 @@ from jaxload._src.assemble import resharder
 from jaxload._src.batch_spec import global_spec, local_spec
 from jaxload._src.checkpointable import Checkpointable
 from jaxload._src.config import LoaderConfig
-from jaxload._src.iterator import LoaderIterator, PassContext
+from jaxload._src.iterator import LoaderIterator, LoopSide
 from jaxload._src.layout import Layout, Plan
+from jaxload._src.pass_context import PassContext
 from jaxload._src.pipelines.base import Pipeline
 from jaxload._src.records import Recorder
 from jaxload._src.records import gather as gather_records
@@ -126,14 +127,13 @@ class Loader(Checkpointable):
                                       blocking=waiting.is_set)
         self._recorder.start_pass()
         schedule = self._schedule and self._schedule.after(start.get("steps_before", 0))
-        context = PassContext(exchange=exchange, plan=self.plan, schedule=schedule,
-                              config=self.config, start=start, stats=self._stats,
-                              recorder=self._recorder, watchdog=watchdog.this_process(),
-                              waiting=waiting)
+        context = PassContext(exchange, self.plan, self.config, start, self._stats, self._recorder,
+                              watchdog.this_process(), waiting, schedule=schedule)
         source = self._pipeline.elastic.pipeline(start, self._pipeline.batches)
         if schedule is not None:  # each step's batch joined from the pipeline's
             source = schedule.regrouped(source, start["step"], self.config.pad)
-        current = LoaderIterator(self, context, source)
+        loop = LoopSide(self.name, self.layout, self._reshard, self._handed_out)
+        current = LoaderIterator(loop, context, source)
         self._current = weakref.ref(current)  # weakly: a pass dropped (`break`) closes at once
         return current
 

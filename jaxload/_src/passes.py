@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Generator, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 
@@ -27,15 +27,13 @@ from jaxload._src import protocol, signature
 from jaxload._src.agreement import Decide, PeerFailedError, Reports
 from jaxload._src.assemble import build_global
 from jaxload._src.failures import Failure, add_note
+from jaxload._src.pass_context import PassContext
 from jaxload._src.protocol import Decision, Report
 from jaxload._src.read_ahead import ReadAhead
 from jaxload._src.remainder import pad_rows
 from jaxload._src.stage import Stage
 from jaxload._src.stats import timed
 from jaxload._src.trees import GlobalBatch, HostBatch
-
-if TYPE_CHECKING:
-    from jaxload._src.iterator import PassContext
 
 T = TypeVar("T")
 
@@ -61,9 +59,9 @@ class Handout(NamedTuple):
 class Pass:
     """One pass of a loader as a generator of :class:`Handout`\\ s (see the module docstring).
 
-    It works with what its :class:`~jaxload._src.iterator.PassContext` holds; ``context.failure``
-    tells it, when it is closed, whether the loop stopped because of a failure of its own
-    (the reshard), to report that instead of a stop.
+    It works with what its :class:`~jaxload._src.pass_context.PassContext` holds;
+    ``context.failure`` tells it, when it is closed, whether the loop stopped because of a
+    failure of its own (the reshard), to report that instead of a stop.
     """
 
     def __init__(self, context: PassContext, source: Iterable[tuple[HostBatch, Any]]):

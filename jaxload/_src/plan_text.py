@@ -2,25 +2,57 @@
 
 Rendered with ``rich`` (the ``cli`` extra), from one process's plan and the plans of every
 process, which the caller computes: :meth:`jaxload.Plan.explain` and :func:`explain.text`.
+The tables read a plan through :class:`PlanView`, what they show of it, so that ``plan.py``
+(whose :meth:`~jaxload.Plan.explain` renders them) is the only one of the two to import the other.
 """
 
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 
-from jaxload._src.feature_specs import batch_axes
+from jaxload._src.feature_specs import Column, FeatureSpecs, batch_axes
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from jaxload._src.plan import Plan
-
 # process, device, mesh position, first and last global row, per-replica batch, columns held
 _DeviceRow = tuple[int, int, tuple[int, ...], int, int, int, str]
+
+
+class PlanView(Protocol):
+    """What the tables show of a plan: :class:`~jaxload.Plan` has each of these attributes,
+    documented there."""
+
+    @property
+    def global_batch_size(self) -> int: ...
+    @property
+    def process_index(self) -> int: ...
+    @property
+    def shard_count(self) -> int: ...
+    @property
+    def local_batch_size(self) -> int: ...
+    @property
+    def num_batch_shards(self) -> int: ...
+    @property
+    def per_replica_batch_size(self) -> int: ...
+    @property
+    def global_rows(self) -> tuple[int, int]: ...
+    @property
+    def device_rows(self) -> tuple[tuple[int, int, int], ...]: ...
+    @property
+    def loading_groups(self) -> tuple[tuple[int, ...], ...]: ...
+    @property
+    def sharding(self) -> NamedSharding: ...
+    @property
+    def feature_specs(self) -> FeatureSpecs: ...
+    @property
+    def device_columns(self) -> tuple[Column, ...]: ...
+    @property
+    def schedule(self) -> tuple[tuple[int, int], ...]: ...
 
 
 def rows_text(start: int, stop: int) -> str:
@@ -28,13 +60,13 @@ def rows_text(start: int, stop: int) -> str:
     return f"{start}-{stop - 1}"
 
 
-def columns_text(plan: Plan, device: int) -> str:
+def columns_text(plan: PlanView, device: int) -> str:
     """What a device holds of the features' other dims: ``tokens dim1 0/2`` is block 0 of 2."""
     return ", ".join(f"{feature} dim{dim} {block}/{blocks}"
                      for d, feature, dim, block, blocks in plan.device_columns if d == device)
 
 
-def text(plan: Plan, plans: tuple[Plan, ...], *, max_processes: int = 16, width: int = 100
+def text(plan: PlanView, plans: tuple[PlanView, ...], *, max_processes: int = 16, width: int = 100
          ) -> str:
     """Tables of the loading groups and of what each device holds, as plain text; ``plans`` are
     the plans of every process, by process index."""
@@ -64,7 +96,7 @@ def text(plan: Plan, plans: tuple[Plan, ...], *, max_processes: int = 16, width:
     return out.getvalue()
 
 
-def _print_schedule(console: Console, plan: Plan) -> None:
+def _print_schedule(console: Console, plan: PlanView) -> None:
     """The sizes of a batch-size schedule; the tables after it are for step 0's size."""
     from rich.table import Table
 
@@ -82,7 +114,7 @@ def _print_schedule(console: Console, plan: Plan) -> None:
                   "the sizes.\nThe tables below are for step 0's size.", highlight=False)
 
 
-def _print_groups(console: Console, plan: Plan, plans: tuple[Plan, ...]) -> None:
+def _print_groups(console: Console, plan: PlanView, plans: tuple[PlanView, ...]) -> None:
     """The table of loading groups, and which processes load the same rows."""
     from rich.table import Table
 
@@ -97,7 +129,7 @@ def _print_groups(console: Console, plan: Plan, plans: tuple[Plan, ...]) -> None
                   "not by process.", highlight=False)
 
 
-def _print_devices(console: Console, plan: Plan, plans: tuple[Plan, ...],
+def _print_devices(console: Console, plan: PlanView, plans: tuple[PlanView, ...],
                    max_processes: int) -> None:
     """The table of devices of the first ``max_processes`` processes."""
     from rich.table import Table
@@ -112,7 +144,7 @@ def _print_devices(console: Console, plan: Plan, plans: tuple[Plan, ...],
     console.print(devices)
 
 
-def _device_rows(plans: tuple[Plan, ...]) -> list[_DeviceRow]:
+def _device_rows(plans: tuple[PlanView, ...]) -> list[_DeviceRow]:
     """Per device: process, device id, mesh position, global rows, per-replica batch index,
     and the columns it holds of each feature with a spec."""
     mesh = plans[0].sharding.mesh
@@ -129,7 +161,7 @@ def _device_rows(plans: tuple[Plan, ...]) -> list[_DeviceRow]:
     return rows
 
 
-def _same_rows_sentence(plans: tuple[Plan, ...]) -> str:
+def _same_rows_sentence(plans: tuple[PlanView, ...]) -> str:
     shared = [g for g in plans[0].loading_groups if len(g) > 1]
     if not shared:
         return "Every process loads different rows (each is its own loading group)."
