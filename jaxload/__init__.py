@@ -10,6 +10,7 @@ from jaxload._src.agreement import PeerFailedError, PeerTimeoutError
 from jaxload._src.assemble import assemble
 from jaxload._src.cluster import initialize
 from jaxload._src.failures import PipelineStuckError
+from jaxload._src.input_context import InputContext
 from jaxload._src.iterator import LoaderIterator
 from jaxload._src.layout import (
     Layout,
@@ -21,6 +22,7 @@ from jaxload._src.layout import (
     simulated_devices,
 )
 from jaxload._src.loader import Loader
+from jaxload._src.pipelines.tf_files import ShardingWarning
 from jaxload._src.remainder import REMAINDER_MODES, unpad
 from jaxload._src.stats import Stats, StatsSummary
 from jaxload._src.whereabouts import OutOfStepError
@@ -42,6 +44,7 @@ def __getattr__(name: str) -> _ModuleType:
 
 __all__ = (
     "DuplicationError",
+    "InputContext",
     "Layout",
     "Loader",
     "LoaderIterator",
@@ -54,6 +57,7 @@ __all__ = (
     "PlanMismatchError",
     "REMAINDER_MODES",
     "ReplicationError",
+    "ShardingWarning",
     "SimulatedDevice",
     "Stats",
     "StatsSummary",

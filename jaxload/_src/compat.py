@@ -1,8 +1,9 @@
-"""Every private attribute of JAX and Grain that jaxload reads, in one place.
+"""Every private attribute of JAX, Grain and TensorFlow that jaxload reads, in one place.
 
 Their public APIs lack what these give (the coordination service's client, the mesh of the
 older ``with mesh:`` context, a ``grain.DataLoader``'s data source, sharding and operations, the
-datasets that drop elements). Each accessor names the attribute it reads, and
+datasets that drop elements, a tf.data pipeline's graph, TensorFlow's file-sharding rewrite and
+its iterator checkpoints as bytes). Each accessor names the attribute it reads, and
 ``tests/test_compat.py`` fails loudly, naming it, when an upgrade removes one: the next JAX or
 Grain release cannot break jaxload silently.
 """
@@ -20,6 +21,13 @@ PRIVATE = (
     ("data_loader_operations", "grain.DataLoader._operations"),
     ("drops_elements", "grain._src.python.dataset.transformations.filter.FilterMapDataset, "
                        "grain._src.python.dataset.transformations.flatmap.FlatMapMapDataset"),
+    ("tf_graph", "tf.data.Dataset._as_serialized_graph"),
+    ("tf_auto_shard", "tensorflow.python.data.experimental.ops.distribute._AutoShardDataset"),
+    ("tf_from_graph", "tensorflow.python.ops.gen_experimental_dataset_ops.dataset_from_graph, "
+                      "tensorflow.python.data.ops.dataset_ops._VariantDataset"),
+    ("tf_iterator_state", "tf.data.Iterator._iterator_resource, "
+                          "tensorflow.python.ops.gen_dataset_ops.serialize_iterator, "
+                          "deserialize_iterator"),
 )
 
 
@@ -74,3 +82,64 @@ def drops_elements(ds: Any) -> bool:
             return True
         to_check.extend(getattr(current, "parents", ()))
     return False
+
+
+def tf_graph(ds: Any, *, fail_on_external_state: bool = False) -> Any:
+    """A ``tf.data.Dataset``'s graph as a ``GraphDef`` (its functions in ``library``):
+    ``ds._as_serialized_graph``. With ``fail_on_external_state`` it raises TensorFlow's
+    ``FailedPreconditionError`` naming an op whose state tf.data cannot save (a
+    ``py_function``, ...)."""
+    import tensorflow as tf
+    from tensorflow.core.framework import graph_pb2
+
+    policy = tf.data.experimental.ExternalStatePolicy
+    graph = graph_pb2.GraphDef()
+    graph.ParseFromString(ds._as_serialized_graph(
+        external_state_policy=policy.FAIL if fail_on_external_state else policy.IGNORE,
+        strip_device_assignment=True).numpy())
+    return graph
+
+
+def tf_auto_shard(ds: Any, num_workers: int, index: int, policy: Any) -> Any:
+    """TensorFlow's sharding rewrite (tf.distribute's ``AutoShardPolicy``) of ``ds`` for worker
+    ``index`` of ``num_workers``: ``distribute._AutoShardDataset``. FILE inserts a shard of the
+    file names before the first op that reads them; HINT fills in ``SHARD_HINT``."""
+    import tensorflow as tf
+    from tensorflow.python.data.experimental.ops import distribute
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = policy
+    return distribute._AutoShardDataset(ds.with_options(options), num_workers, index)
+
+
+def tf_from_graph(graph: Any, element_spec: Any) -> Any:
+    """A ``tf.data.Dataset`` from a ``GraphDef`` (as :func:`tf_graph` returns, its ``_Retval``
+    pointing at the dataset wanted): ``dataset_from_graph`` and ``dataset_ops._VariantDataset``."""
+    from tensorflow.python.data.ops import dataset_ops
+    from tensorflow.python.ops import gen_experimental_dataset_ops
+
+    variant = gen_experimental_dataset_ops.dataset_from_graph(graph.SerializeToString())
+    return dataset_ops._VariantDataset(variant, element_spec)
+
+
+def tf_save_iterator(iterator: Any, *, ignore_external_state: bool) -> bytes:
+    """A tf.data iterator's checkpoint as bytes (what ``tf.train.Checkpoint`` writes of it):
+    ``gen_dataset_ops.serialize_iterator`` of ``iterator._iterator_resource``."""
+    import tensorflow as tf
+    from tensorflow.python.ops import gen_dataset_ops
+
+    policy = tf.data.experimental.ExternalStatePolicy
+    state = gen_dataset_ops.serialize_iterator(
+        iterator._iterator_resource,
+        external_state_policy=(policy.IGNORE if ignore_external_state else policy.FAIL).value)
+    return bytes(tf.io.serialize_tensor(state).numpy())
+
+
+def tf_restore_iterator(iterator: Any, state: bytes) -> None:
+    """Puts a fresh iterator of the same pipeline where :func:`tf_save_iterator` took ``state``:
+    ``gen_dataset_ops.deserialize_iterator``."""
+    import tensorflow as tf
+    from tensorflow.python.ops import gen_dataset_ops
+
+    gen_dataset_ops.deserialize_iterator(iterator._iterator_resource,
+                                         tf.io.parse_tensor(state, tf.variant))

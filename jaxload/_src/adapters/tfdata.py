@@ -4,15 +4,17 @@ TensorFlow is imported only when a tf.data pipeline is passed in."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jaxload._src.config import LoaderConfig
 from jaxload._src.defaults import DEFAULT_EXIT_GRACE_S, DEFAULT_TIMEOUT_S
+from jaxload._src.input_context import InputContext
 from jaxload._src.layout import Layout
 from jaxload._src.loader import Loader
 from jaxload._src.pipelines.base import Pipeline
-from jaxload._src.pipelines.tfdata import TfDataset
+from jaxload._src.pipelines.tf_files import OPTIONS
+from jaxload._src.pipelines.tfdata import FUNCTION, TfDataset
 from jaxload._src.pipelines.tfdata_service import TfDataService
 from jaxload._src.remainder import DROP, check_padded_options
 from jaxload._src.schedule import from_option
@@ -23,7 +25,7 @@ def from_tf_data(
     layout: Layout,
     *,
     global_batch_size: int | Sequence[tuple[int, int]],
-    shard: bool = True,
+    shard: bool | str = "auto",
     remainder: str = DROP,
     batched: bool = False,
     checks: str | int = "first",
@@ -38,14 +40,19 @@ def from_tf_data(
 ) -> Loader:
     """A :class:`~jaxload.Loader` of global batches from an unbatched ``tf.data.Dataset``.
 
-    The dataset is sharded by loading group (``ds.shard(plan.shard_count, plan.shard_index)``:
-    processes that need the same rows read the same elements), batched to
-    ``plan.local_batch_size`` rows (the incomplete last batch dropped or padded), and each per-process
-    batch becomes one global ``jax.Array`` per feature on ``layout.sharding``.
+    The dataset is split by loading group (processes that need the same rows read the same
+    elements): by files where it reads files, so that each group reads and parses only its own
+    files; otherwise by elements. Each group's share is batched to ``plan.local_batch_size``
+    rows (the incomplete last batch dropped or padded), and each per-process batch becomes one
+    global ``jax.Array`` per feature on ``layout.sharding``.
 
     Args:
       ds: an unbatched ``tf.data.Dataset``; elements are arrays/scalars or dicts, tuples and
-        nested structures of them, with fully known shapes and numeric or bool dtypes.
+        nested structures of them, with fully known shapes and numeric or bool dtypes. Or a
+        function ``dataset_fn(ctx)`` (as tf.distribute's ``distribute_datasets_from_function``)
+        that returns this loading group's share, given a :class:`~jaxload.InputContext`
+        (``ctx.shard_index``, ``ctx.shard_count``, ``ctx.local_batch_size``, ...); batched to
+        ``local_batch_size`` already if ``batched=True``.
       layout: where the batches go (``jaxload.data_parallel()``, ...).
       global_batch_size: rows per step over all devices; or a batch-size schedule,
         ``[(first_step, size), ...]`` from step 0 (e.g. ``[(0, 64), (1000, 128)]``): each step's
@@ -54,10 +61,27 @@ def from_tf_data(
         against the layout before any data: a multiple of its batch shards, or with
         ``remainder="pad"`` of its loading groups (padded then to the batch shards). Not with
         ``batched=True`` or ``service=`` (they batch themselves).
-      shard: ``False`` if ``ds`` already yields only this loading group's elements (for example
-        you sharded files yourself by ``layout.plan(...).shard_index``); jaxload then only
-        batches. Sharding here reads and skips the other groups' elements, so for large
-        file-based inputs shard the file list instead.
+      shard: how ``ds`` is split over the loading groups.
+
+        - ``"auto"`` (the default; ``True`` means the same): by files where ``ds`` reads files
+          (``list_files``, ``TFRecordDataset``, ``TextLineDataset``,
+          ``FixedLengthRecordDataset``, an ``interleave`` over them): TensorFlow's file
+          sharding rewrite gives group ``k`` of ``K`` the files ``k, k + K, ...`` before the
+          first op that reads them, and the ops stay as written. Otherwise, or with fewer files
+          than groups (a :class:`~jaxload.ShardingWarning` says so, once), by elements.
+        - ``"files"``: by files, or a ValueError here saying why not.
+        - ``"elements"``: every process reads every element and keeps ``1/K`` of them
+          (``ds.shard(K, k)``); the only split a state can continue on another topology.
+        - ``False``: ``ds`` already yields only this loading group's elements; jaxload only
+          batches.
+
+        A ``shard(tf.data.experimental.SHARD_HINT, SHARD_HINT)`` placed in ``ds`` is honoured
+        (it becomes ``shard(K, k)``). Files of different sizes give the groups different
+        numbers of rows: ``remainder="pad"`` still delivers every record once. Sharding by
+        elements needs the same order on every process: an unseeded ``shuffle`` or
+        ``list_files`` (shuffled by default), or ``deterministic=False``, is refused with a
+        ValueError naming the op, as is anything that gives the processes of one loading group
+        other rows.
       remainder: ``"drop"`` (default) ends the epoch on every process at the first step some
         process cannot fill; ``"pad"`` goes on until every process is exhausted, zero-fills the
         missing rows and adds a bool ``"mask"`` feature (dict elements only). See
@@ -101,14 +125,25 @@ def from_tf_data(
       >>> next(iter(loader))["x"].shape
       (128,)
 
-    Resuming: ``loader.get_state()`` / ``set_state`` continue exactly on the same plan, and on
-    another topology at the state's global row (``ds.skip(rows).shard(K, k)``) when jaxload
-    shards the unbatched dataset (see :mod:`jaxload._src.state`).
+    Resuming: ``loader.get_state()`` holds tf.data's own checkpoint of this group's iterator
+    (symbolic, positions only, where every op supports it; otherwise with its buffers, e.g. a
+    shuffle buffer), and ``set_state`` on the same plan restores it, reading nothing before the
+    position. Sharded by elements, a state also continues on another topology at its global
+    row (``ds.skip(rows).shard(K, k)``; see :mod:`jaxload._src.state`); sharded by files it
+    continues on the same topology only, and ``set_state`` says so on every process.
     """
     import tensorflow as tf
 
+    check_shard(shard, service)
+    if callable(ds) and not isinstance(ds, tf.data.Dataset):
+        return _from_function(ds, layout, global_batch_size, batched=batched, shard=shard,
+                              remainder=remainder, checks=checks, prefetch=prefetch,
+                              timeout_s=timeout_s, on_failure=on_failure,
+                              exit_grace_s=exit_grace_s, name=name, load_once=load_once,
+                              record=record, service=service)
     if not isinstance(ds, tf.data.Dataset):
-        raise TypeError(f"from_tf_data expects a tf.data.Dataset, got {type(ds).__name__}")
+        raise TypeError(f"from_tf_data expects a tf.data.Dataset or a function dataset_fn(ctx) "
+                        f"returning one, got {type(ds).__name__}")
     # the service hands each element to one process: each loads its own rows (load_once)
     config = LoaderConfig(remainder=remainder, checks=checks, prefetch=prefetch,
                           timeout_s=timeout_s, on_failure=on_failure, exit_grace_s=exit_grace_s,
@@ -117,12 +152,53 @@ def from_tf_data(
         global_batch_size, lambda size: config.plan(layout, size),
         "service=" if service is not None else "batched=True" if batched else None)
     if plan.global_batch_size != size:
-        check_padded_options(shard, batched, "service=" if service is not None else None)
+        check_padded_options(shard is not False, batched,
+                             "service=" if service is not None else None)
     pipeline: Pipeline
     if service is not None:
-        pipeline = TfDataService(ds, plan, service=service, shard=shard, batched=batched,
+        pipeline = TfDataService(ds, plan, service=service, shard=shard is not False,
+                                 batched=batched,
                                  remainder=remainder, timeout_s=timeout_s, name=name)
     else:
         pipeline = TfDataset(ds, plan, global_batch_size=size, shard=shard,
                              batched=batched, remainder=remainder)
+    return Loader(pipeline, layout, plan, config, schedule)
+
+
+def check_shard(shard: Any, service: str | None) -> None:
+    """``shard=`` is True/False or one of :data:`OPTIONS`; with ``service=`` a bool."""
+    if shard is True or shard is False or (shard in OPTIONS and service is None):
+        return
+    if service is not None and shard in OPTIONS:
+        raise ValueError(f"shard={shard!r} cannot be used with service=: the tf.data service "
+                         "hands each element to one process; pass shard=True or False")
+    raise ValueError(f"shard={shard!r} must be 'auto' (the default; True is the same), 'files', "
+                     "'elements' or False")
+
+
+def _from_function(dataset_fn: Callable[[InputContext], Any], layout: Layout,
+                   global_batch_size: Any, **options: Any) -> Loader:
+    """``from_tf_data(dataset_fn, ...)``: the plan first, then ``dataset_fn(ctx)`` as this
+    loading group's share."""
+    import tensorflow as tf
+
+    if options["shard"] not in (True, "auto") or options["service"] is not None:
+        raise ValueError("from_tf_data(dataset_fn, ...) takes what dataset_fn returns as this "
+                         "loading group's share: leave shard= and service= unset")
+    config = LoaderConfig(remainder=options["remainder"], checks=options["checks"],
+                          prefetch=options["prefetch"], timeout_s=options["timeout_s"],
+                          on_failure=options["on_failure"], exit_grace_s=options["exit_grace_s"],
+                          name=options["name"], record=options["record"],
+                          load_once=options["load_once"])
+    size, plan, schedule = from_option(
+        global_batch_size, lambda size: config.plan(layout, size),
+        "batched=True" if options["batched"] else None)
+    if plan.global_batch_size != size:
+        check_padded_options(True, options["batched"], "dataset_fn")
+    ds = dataset_fn(InputContext.of(plan))
+    if not isinstance(ds, tf.data.Dataset):
+        raise TypeError(f"dataset_fn returned a {type(ds).__name__}; it must return this loading "
+                        "group's tf.data.Dataset")
+    pipeline = TfDataset(ds, plan, global_batch_size=size, shard=FUNCTION,
+                         batched=options["batched"], remainder=options["remainder"])
     return Loader(pipeline, layout, plan, config, schedule)

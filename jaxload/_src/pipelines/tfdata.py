@@ -1,38 +1,58 @@
-"""A ``tf.data.Dataset``: sharded with ``shard``, batched with ``batch``, positioned by a count of
-batches (skip-by-count: exact for a deterministic pipeline)."""
+"""A ``tf.data.Dataset``: split over the loading groups by files or by elements
+(:mod:`~jaxload._src.pipelines.tf_files`), batched with ``batch``, positioned by tf.data's own
+iterator checkpoints (:mod:`~jaxload._src.pipelines.tf_iterator`)."""
 
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from jaxload._src.pipelines.base import Batches, LocalSpec
+from jaxload._src.pipelines.tf_files import ELEMENTS, NONE, Sharding, split
+from jaxload._src.pipelines.tf_graph import DatasetGraph, order_varying, value_varying
+from jaxload._src.pipelines.tf_iterator import batches_of, checkpointed
 from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
 from jaxload._src.plan import Plan
 from jaxload._src.protocol import INFINITE
 from jaxload._src.remainder import DROP, rows_read
 from jaxload._src.state import Elastic, why_not_sliceable
 
+_NOT_SAVED: set[str] = set()  # an unsaveable pipeline is told once per process
+
 
 class TfDataset:
-    """This loading group's share of a ``tf.data.Dataset``: ``ds.skip(rows).shard(K, k)`` from
-    global row ``rows``, batched to ``local_batch_size``. Its length is tf.data's cardinality
-    where known; it reads no batch by index, and starts at any global row (skipping: the rows
-    skipped are read), unless ``shard=False`` or ``batched``. Its spec is the element spec."""
+    """This loading group's share of a ``tf.data.Dataset``, batched to ``local_batch_size``.
 
-    backend: str = "tf.data"
+    By files (``shard="files"``, or ``"auto"`` where it reads files) each group's pipeline reads
+    only its own files; by elements it is ``ds.skip(rows).shard(K, k)`` from global row
+    ``rows``, which can start at any global row (another topology). Its length is tf.data's
+    cardinality where known; it reads no batch by index. Its spec is the element spec."""
+
     by_index: bool = False
     not_resumable: str | None = None
 
-    def __init__(self, ds: Any, plan: Plan, *, global_batch_size: int, shard: bool,
+    def __init__(self, ds: Any, plan: Plan, *, global_batch_size: int, shard: bool | str,
                  batched: bool, remainder: str):
         check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
+        graph = DatasetGraph.of(ds)
         self._ds, self._plan, self._global = ds, plan, global_batch_size
-        self._shard, self._batched, self._remainder = shard, batched, remainder
+        self._batched, self._remainder = batched, remainder
+        self._share, self.sharding = (ds, Sharding(NONE)) if shard in (False, FUNCTION) else (
+            split(ds, plan, "auto" if shard is True else str(shard), graph))
+        check_same_order(graph, self.sharding, plan)
+        self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
+            f"tf.data/{self.sharding.mode}")
+        self._save = _saveable(graph)
+        self._symbolic = graph.symbolic()
         self.batches = self.from_row(0)
         length = int(ds.cardinality())
-        why_not = why_not_sliceable(shard, batched, "the whole dataset")
+        why_not = why_not_sliceable(shard is not False, batched, "the whole dataset")
+        if self.sharding.mode not in (ELEMENTS, NONE):
+            why_not = _BY_FILES
+        elif shard == FUNCTION:
+            why_not = _BY_FUNCTION
         self.elastic = Elastic(from_row=None if why_not else self.from_row, why_not=why_not,
                                length=length if length >= 0 else None,
                                rows_per_step=global_batch_size)
@@ -41,38 +61,100 @@ class TfDataset:
         """A per-process batch from the element spec: nothing is read."""
         return batch_spec(self._ds.element_spec, self._plan.local_batch_size, self._batched)
 
-    def from_row(self, start: int) -> Callable[[int | None], Batches]:
-        """This group's batches from global row ``start`` on, resuming after ``consumed``
-        batches (the skipped elements are read)."""
+    def from_row(self, start: int) -> Callable[[Any], Batches]:
+        """This group's batches from global row ``start`` on (0 unless sharded by elements),
+        from a backend position: a checkpointed one (restored), a count (skipped), or None."""
         import tensorflow as tf
 
-        group, plan = self._group(start), self._plan
-        # elements, unless they are batches already (batched=True, a padded batch's real rows)
-        unbatched = plan.global_batch_size == self._global and not self._batched
-        drop = self._remainder == DROP
+        group = self._group(start)
+        options = tf.data.Options()
+        options.experimental_symbolic_checkpoint = self._symbolic
 
-        def batches(consumed: int | None) -> Batches:
-            consumed = consumed or 0
-            elements = plan.local_batch_size if unbatched else 1
-            pipeline = group.skip(consumed * elements) if consumed else group
-            if unbatched:
-                pipeline = pipeline.batch(plan.local_batch_size, drop_remainder=drop)
-            pipeline = pipeline.prefetch(tf.data.AUTOTUNE)
-            return Batches(zip(pipeline.as_numpy_iterator(), itertools.count(consumed + 1)),
-                           length=_length(pipeline))
+        def batches(position: Any) -> Batches:
+            consumed = batches_of(position)
+            count = self._save is None or isinstance(position, int) and consumed > 0
+            pipeline = self._batched_group(group, consumed if count else 0)
+            pipeline = pipeline.prefetch(tf.data.AUTOTUNE).with_options(options)
+            length = _length(pipeline)
+            if count:
+                return Batches(zip(pipeline.as_numpy_iterator(), itertools.count(consumed + 1)),
+                               length=length)
+            remaining = length - consumed if length not in (None, INFINITE) else length
+            return Batches(checkpointed(pipeline, position,
+                                        ignore_external_state=bool(self._save)),
+                           length=remaining)
 
         return batches
 
     def _group(self, start: int) -> Any:
-        """``ds.skip(start).shard(K, k)``, or with a padded global batch its real rows of each
-        step, as batches. With ``shard=False`` (``start`` is 0), ``ds`` itself."""
-        ds, plan = self._ds, self._plan
-        if not self._shard:
-            return ds
-        rest = ds.skip(start) if start else ds
+        """By elements: ``ds.skip(start).shard(K, k)``, or with a padded global batch its real
+        rows of each step, as batches. Otherwise (``start`` is 0) this group's share."""
+        plan = self._plan
+        if self._share is not None and self.sharding.mode != ELEMENTS:
+            return self._share
+        rest = self._ds.skip(start) if start else self._ds
         if plan.global_batch_size != self._global:
             return _real_rows(rest, self._global, plan)
         return rest.shard(plan.shard_count, plan.shard_index)
+
+    def _batched_group(self, group: Any, skip: int) -> Any:
+        """The group's pipeline batched to ``local_batch_size``, after ``skip`` batches."""
+        plan, drop = self._plan, self._remainder == DROP
+        padded = plan.global_batch_size != self._global
+        if padded and self.sharding.mode not in (ELEMENTS, NONE):  # its own files' rows
+            rows = rows_read(plan, self._global)
+            group, padded = (group.batch(rows) if rows else group.take(0).batch(1)), True
+        if self._batched or padded:
+            return group.skip(skip) if skip else group
+        group = group.skip(skip * plan.local_batch_size) if skip else group
+        return group.batch(plan.local_batch_size, drop_remainder=drop)
+
+
+FUNCTION = "function"  # shard= for a dataset_fn's pipeline: the group's share already
+_BY_FUNCTION = ("with dataset_fn each loading group's share is what your function builds, and "
+                "jaxload cannot tell which elements another split would give each new group; "
+                "resume on the same topology, or restart the pass (no set_state)")
+_BY_FILES = (
+    "sharded by files, each loading group reads its own files and its position is its own: "
+    "the state continues only on the topology and loading group it was taken in (each process "
+    "from the state its own process took, as jaxload.checkpoint saves them). Resume on the same "
+    "topology, restart the pass (no set_state), or build the loader with shard='elements', "
+    "which can continue at any global row")
+
+
+def check_same_order(graph: DatasetGraph, sharding: Sharding, plan: Plan) -> None:
+    """Refuses, before any data, a pipeline whose order (or values) can differ between
+    processes where that would duplicate and lose records (sharding by elements) or give
+    the processes of one loading group different rows."""
+    group = plan.loading_groups[plan.shard_index]
+    order = order_varying(graph)
+    if order and sharding.mode == ELEMENTS and plan.shard_count > 1:
+        raise ValueError(
+            "from_tf_data shards this pipeline by elements (each process keeps every "
+            f"{plan.shard_count}th element of its own order), but its order can differ between "
+            "processes, which would deliver some records twice and others never: "
+            f"{'; '.join(order)}")
+    varying = order + value_varying(graph)
+    if varying and len(group) > 1:
+        raise ValueError(
+            f"processes {list(group)} form one loading group and must read identical rows, but "
+            f"this pipeline can give each of them other rows: {'; '.join(varying)}")
+
+
+def _saveable(graph: DatasetGraph) -> bool | None:
+    """None if tf.data cannot save the pipeline's iterator (told once, naming the op);
+    otherwise whether the save ignores state outside the pipeline."""
+    if graph.external_state is None:
+        return graph.ignores_external_state
+    message = (f"tf.data cannot save this pipeline's iterator ({graph.external_state}), so a "
+               "resume re-reads every batch before its position. If that op's state does not "
+               "decide which elements come next (a counter, a log), set "
+               "options.experimental_external_state_policy = "
+               "tf.data.experimental.ExternalStatePolicy.IGNORE on the dataset")
+    if message not in _NOT_SAVED:
+        _NOT_SAVED.add(message)
+        warnings.warn(message, UserWarning, stacklevel=5)
+    return None
 
 
 def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:

@@ -1,0 +1,89 @@
+"""A tf.data pipeline's batches with the position after each, from tf.data's own iterator
+checkpoints: a resume restores the iterator instead of reading everything before its position.
+
+A position is ``{"batches": n, "saved": {"batches": m, "state": ...}}``: ``n`` batches were
+handed out, and ``state`` is the iterator's checkpoint after batch ``m <= n`` (base64 of what
+``tf.train.Checkpoint`` would write of it: with ``experimental_symbolic_checkpoint`` where every
+op supports it, positions only; otherwise the buffers too, e.g. a shuffle buffer). A resume
+restores the checkpoint and reads the ``n - m`` batches after it again.
+
+A checkpoint is taken after every batch while it is small (under ``_SMALL`` bytes: positions,
+small buffers; it then costs well under a millisecond), so that a resume reads nothing again. A
+pipeline whose checkpoint is large (a big shuffle buffer) is saved whenever the time spent
+reading since the last save reaches ``_RATIO`` times what that save cost: saving then costs at
+most ``1/_RATIO`` of the reading, and a resume re-reads at most about ``_RATIO`` saves' worth of
+time, however far into the pass it is. The checkpoint belongs to the thread that reads (the
+read-ahead's), so it is the iterator's state right after the batch, never ahead of it.
+
+A pipeline whose iterator tf.data cannot save (its position is a count of batches, ``int``) is
+repositioned by skipping, which reads the batches skipped.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from jaxload._src import compat
+from jaxload._src.trees import HostBatch
+
+_SMALL = 128 * 1024
+_RATIO = 20
+
+
+def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_external_state: bool
+                 ) -> Iterator[tuple[HostBatch, dict[str, Any]]]:
+    """``pipeline``'s batches as numpy, each with the position after it, from ``position``
+    (None: the start)."""
+    import tensorflow as tf
+
+    iterator = iter(pipeline)
+    done = 0
+    saved = position["saved"] if position else None
+    if saved is not None:
+        restore(iterator, saved["state"])
+        done = saved["batches"]
+    for _ in range((position or {}).get("batches", 0) - done):  # read again since the checkpoint
+        if next(iterator, None) is None:
+            return
+    handed = (position or {}).get("batches", 0)
+    reading = cost = 0.0
+    size = 0
+    while True:
+        started = time.perf_counter()
+        element = next(iterator, None)
+        if element is None:
+            return
+        reading += time.perf_counter() - started
+        handed += 1
+        if saved is None or size < _SMALL or reading >= _RATIO * cost:
+            started = time.perf_counter()
+            state = compat.tf_save_iterator(iterator, ignore_external_state=ignore_external_state)
+            saved = {"batches": handed, "state": base64.b64encode(state).decode("ascii")}
+            cost, reading, size = time.perf_counter() - started, 0.0, len(state)
+        yield tf.nest.map_structure(np.asarray, element), {"batches": handed, "saved": saved}
+
+
+def restore(iterator: Any, state: str) -> None:
+    """Puts a fresh iterator where the checkpoint ``state`` (base64) was taken; a checkpoint of
+    another pipeline is refused by tf.data, named here."""
+    import tensorflow as tf
+
+    try:
+        compat.tf_restore_iterator(iterator, base64.b64decode(state))
+    except (tf.errors.OpError, ValueError) as e:
+        raise ValueError(
+            "the state's tf.data iterator checkpoint does not fit this pipeline (is it the "
+            f"pipeline the state was taken with?): {str(getattr(e, 'message', e))[:300]}") from e
+
+
+def batches_of(position: Any) -> int:
+    """Batches handed out at a tf.data position: a checkpointed one, or a count (a pipeline
+    tf.data cannot save, or a state of an older jaxload)."""
+    if isinstance(position, dict):
+        return int(position["batches"])
+    return int(position or 0)

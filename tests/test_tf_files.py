@@ -1,0 +1,242 @@
+"""tf.data pipelines that read files, in real multi-process runs: each loading group reads and
+parses only its own files (counted inside the pipeline), a resume on the same topology parses
+only what is left, and no order difference between processes duplicates or loses a record.
+
+Every record of the test files is a tf.train.Example with one int64 ``id``; file ``f`` holds the
+ids ``[1000 * f, 1000 * f + size_f)``. A ``py_function`` in the pipeline counts the records each
+process parses (the pipeline says its state may be ignored, so its iterator is still saved).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jaxload.testing
+from placement import global_rows, make_layout, outcome, record
+
+PARSED = [0]
+
+
+def write_files(directory: Path, sizes: list[int]) -> str:
+    """TFRecord files of the given sizes; returns their glob pattern."""
+    import tensorflow as tf
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for f, size in enumerate(sizes):
+        with tf.io.TFRecordWriter(str(directory / f"part-{f:03d}.tfrecord")) as writer:
+            for i in range(1000 * f, 1000 * f + size):
+                feature = tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))
+                example = tf.train.Example(features=tf.train.Features(feature={"id": feature}))
+                writer.write(example.SerializeToString())
+    return str(directory / "*.tfrecord")
+
+
+def all_ids(sizes: list[int]) -> list[int]:
+    return [i for f, size in enumerate(sizes) for i in range(1000 * f, 1000 * f + size)]
+
+
+def parsing(pattern: str, list_shuffle: bool | int = False, ctx=None):
+    """list_files -> interleave(TFRecordDataset) -> count -> parse: the usual file pipeline.
+    ``list_shuffle``: False, True (list_files' default: unseeded) or a seed; ``ctx``: a
+    dataset_fn's context, whose share of the files it reads."""
+    import tensorflow as tf
+
+    def count(serialized):
+        PARSED[0] += int(np.size(serialized.numpy()))
+        return serialized
+
+    def parse(serialized):
+        serialized = tf.py_function(count, [serialized], tf.string)
+        serialized.set_shape([])
+        return tf.io.parse_single_example(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})
+
+    files = tf.data.Dataset.list_files(
+        pattern, shuffle=list_shuffle is not False,
+        seed=None if isinstance(list_shuffle, bool) else list_shuffle)
+    if ctx is not None:
+        files = files.shard(ctx.shard_count, ctx.shard_index)
+    ds = files.interleave(tf.data.TFRecordDataset, cycle_length=4,
+                          num_parallel_calls=tf.data.AUTOTUNE).map(parse)
+    options = tf.data.Options()
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    return ds.with_options(options)
+
+
+def run_loader(pattern: str, layout_name: str, gbs: int, *, remainder: str = "drop",
+               shard="auto", list_shuffle: bool | int = False, state=None,
+               steps: int | None = None, dataset_fn: bool = False) -> dict:
+    """Worker side: a loader over the file pipeline, its steps recorded; what it parsed."""
+    import warnings
+
+    import jaxload
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = (lambda ctx: parsing(pattern, list_shuffle, ctx)) if dataset_fn else (
+            parsing(pattern, list_shuffle))
+        loader = jaxload.from_tf_data(ds, make_layout(layout_name), global_batch_size=gbs,
+                                      remainder=remainder, **({} if dataset_fn else
+                                                              {"shard": shard}))
+    if state is not None:
+        loader.set_state(state, head_start=False)
+    PARSED[0] = 0
+    batches, recorded = iter(loader), []
+    for batch in batches:
+        recorded.append(record(batch))
+        if steps is not None and len(recorded) == steps:
+            break
+    state = loader.get_state()
+    batches.close()
+    import time
+    time.sleep(0.5)  # the read-ahead is bounded: what it parsed beyond the last step is counted
+    return dict(parsed=PARSED[0], steps=recorded, state=state,
+                warnings=[str(w.message) for w in caught
+                          if issubclass(w.category, jaxload.ShardingWarning)])
+
+
+def delivered(results: list[dict]) -> Counter:
+    """Every real row's id over all steps (replicas agreeing, masked-out rows left out)."""
+    ids: Counter = Counter()
+    for step in range(len(results[0]["steps"])):
+        rows = global_rows(step, "['id']", results)
+        masks = (global_rows(step, "['mask']", results) if "['mask']" in results[0]["steps"][step]
+                 else dict.fromkeys(rows, True))
+        ids.update(int(rows[r]) for r in sorted(rows) if masks[r])
+    return ids
+
+
+SIXTEEN = [128] * 16
+
+
+def scenarios_4x2(pattern: str, two_files: str) -> list:
+    return [
+        outcome(lambda: run_loader(pattern, "data_parallel", 32, list_shuffle=True)),
+        outcome(lambda: run_loader(pattern, "across_processes", 32)),
+        outcome(lambda: run_loader(two_files, "data_parallel", 32)),
+        outcome(lambda: run_loader(two_files, "data_parallel", 32, shard="files")),
+        outcome(lambda: run_loader(pattern, "across_processes", 32, list_shuffle=True)),
+        outcome(lambda: run_loader(pattern, "data_parallel", 32, shard="elements",
+                                   list_shuffle=True)),
+    ]
+
+
+@pytest.fixture(scope="module")
+def runs_4x2(tmp_path_factory):
+    root = tmp_path_factory.mktemp("files")
+    pattern, two = write_files(root / "sixteen", SIXTEEN), write_files(root / "two", [64, 64])
+    per_process = jaxload.testing.run(scenarios_4x2, num_processes=4, local_devices=2,
+                                      args=(pattern, two), timeout_s=280)
+    return [[p[i][0] for p in per_process] for i in range(len(per_process[0]))]
+
+
+@pytest.mark.cluster
+def test_each_loading_group_parses_only_its_own_files(runs_4x2):
+    # 4 processes, data_parallel: 4 groups of 4 files; list_files' default (unseeded) shuffle
+    # shuffles each group's own files
+    results = runs_4x2[0]
+    assert [r["parsed"] for r in results] == [512] * 4
+    assert delivered(results) == Counter(all_ids(SIXTEEN))
+    assert results[0]["state"]["backend"] == "tf.data/files"
+    # model replicas across processes: 2 groups of 2 processes, each group's 8 files
+    results = runs_4x2[1]
+    assert [r["parsed"] for r in results] == [1024] * 4
+    assert delivered(results) == Counter(all_ids(SIXTEEN))
+
+
+@pytest.mark.cluster
+def test_fewer_files_than_groups_fall_back_to_elements_with_a_warning(runs_4x2):
+    results = runs_4x2[2]
+    assert all(r["parsed"] == 128 for r in results)  # every process reads both files
+    assert delivered(results) == Counter(all_ids([64, 64]))
+    for r in results:
+        assert len(r["warnings"]) == 1
+        assert "reads 2 files for 4 loading groups" in r["warnings"][0]
+        assert "reads and parses all of its records and keeps 1/4" in r["warnings"][0]
+    refused = runs_4x2[3]
+    assert all(isinstance(r, str) and r.startswith("ValueError: shard='files' cannot shard")
+               and "2 files for 4 loading groups" in r for r in refused), refused
+
+
+@pytest.mark.cluster
+def test_a_varying_order_is_refused_on_every_process_before_any_data(runs_4x2):
+    # one loading group spans two processes, whose unseeded file shuffles would differ
+    across = runs_4x2[4]
+    assert all(isinstance(r, str) and r.startswith("ValueError: processes [") and
+               "ShuffleDatasetV3 without a seed" in r for r in across), across
+    # sharded by elements, each process would keep every 4th element of its own order
+    elements = runs_4x2[5]
+    assert all(isinstance(r, str) and "would deliver some records twice and others never" in r
+               and "list_files with its default shuffle=True" in r for r in elements), elements
+
+
+UNEVEN = [100, 37, 64, 3, 90, 11]
+
+
+def scenarios_2x4(pattern: str, uneven: str, directory: str) -> list:
+    whole = run_loader(pattern, "data_parallel", 64)
+    first = run_loader(pattern, "data_parallel", 64, steps=24)
+    resumed = run_loader(pattern, "data_parallel", 64, state=first["state"])
+    function = run_loader(pattern, "data_parallel", 64, dataset_fn=True, steps=5)
+    function_resumed = run_loader(pattern, "data_parallel", 64, dataset_fn=True,
+                                  state=function["state"])
+    return [whole, first, resumed, function, function_resumed,
+            run_loader(uneven, "data_parallel", 16, remainder="pad"),
+            run_loader(uneven, "data_parallel", 16, remainder="drop"),
+            run_loader(uneven, "in_process", 16, remainder="pad", list_shuffle=7)]
+
+
+@pytest.fixture(scope="module")
+def runs_2x4(tmp_path_factory):
+    root = tmp_path_factory.mktemp("files")
+    pattern, uneven = write_files(root / "sixteen", SIXTEEN), write_files(root / "uneven", UNEVEN)
+    per_process = jaxload.testing.run(scenarios_2x4, num_processes=2, local_devices=4,
+                                      args=(pattern, uneven, str(root)), timeout_s=280)
+    return [[p[i] for p in per_process] for i in range(len(per_process[0]))]
+
+
+@pytest.mark.cluster
+def test_a_resume_parses_only_what_is_left(runs_2x4):
+    whole, first, resumed = runs_2x4[:3]
+    assert [r["parsed"] for r in whole] == [1024] * 2
+    # 24 of 32 steps, then the other 8: each process parses at most its 8 x 32 rows (fewer
+    # where the iterator's checkpoint holds parsed elements in its buffers), nothing before
+    assert [len(r["steps"]) for r in first] == [24] * 2
+    assert [len(r["steps"]) for r in resumed] == [8] * 2
+    assert all(0 < r["parsed"] <= 256 for r in resumed), [r["parsed"] for r in resumed]
+    state = first[0]["state"]
+    assert state["position"]["batches"] == 24 and state["position"]["saved"]["batches"] == 24
+    both = delivered(first) + delivered(resumed)
+    assert both == Counter(all_ids(SIXTEEN)) == delivered(whole)
+    for step in range(8):  # the same batches as without the interruption
+        assert global_rows(24 + step, "['id']", whole).keys() == global_rows(
+            step, "['id']", resumed).keys()
+        assert all(np.array_equal(a, b) for a, b in zip(
+            global_rows(24 + step, "['id']", whole).values(),
+            global_rows(step, "['id']", resumed).values(), strict=True))
+
+
+@pytest.mark.cluster
+def test_dataset_fn_builds_each_groups_share_and_resumes(runs_2x4):
+    function, function_resumed = runs_2x4[3:5]
+    assert [len(r["steps"]) for r in function] == [5] * 2
+    assert delivered(function) + delivered(function_resumed) == Counter(all_ids(SIXTEEN))
+    # each process reads its 8 files: 1024 records, 5 x 32 of them before the state
+    assert all(0 < r["parsed"] <= 1024 - 5 * 32 for r in function_resumed)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("case", [5, 6, 7])
+def test_files_of_different_sizes(runs_2x4, case):
+    results = runs_2x4[case]
+    got, expected = delivered(results), Counter(all_ids(UNEVEN))
+    if "['mask']" in results[0]["steps"][0]:
+        assert got == expected  # pad: every record exactly once
+        # files 0, 2, 4 to group 0 and 1, 3, 5 to group 1: each parses its own
+        assert [r["parsed"] for r in results] == [100 + 64 + 90, 37 + 3 + 11]
+    else:  # drop: every record at most once; the epoch ends when group 1 (51 rows) runs out
+        assert not got - expected and max(got.values()) == 1
+        assert sum(got.values()) == len(results[0]["steps"]) * 16 == 6 * 16
