@@ -12,7 +12,8 @@ from jaxload._src import compat
 def test_every_private_read_is_listed_and_has_a_test():
     tested = {name for name, _ in compat.PRIVATE}
     assert tested == {"distributed_client", "thread_mesh", "data_loader_source",
-                      "data_loader_shard_options", "data_loader_operations", "drops_elements"}
+                      "data_loader_shard_options", "data_loader_operations", "drops_elements",
+                      "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state"}
 
 
 def test_jax_private_attributes_exist():
@@ -58,3 +59,40 @@ def test_grain_datasets_that_drop_elements_are_found_in_the_parents_graph():
     assert not compat.drops_elements(ds.map(lambda x: x).shuffle(seed=1))
     assert compat.drops_elements(ds.filter(lambda x: x % 2).map(lambda x: x))
     assert not compat.drops_elements(ds.map(lambda x: x).batch(2))
+
+
+def test_tensorflow_private_entry_points_exist_and_work(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    from tensorflow.python.data.experimental.ops import distribute
+    from tensorflow.python.data.ops import dataset_ops
+    from tensorflow.python.ops import gen_dataset_ops, gen_experimental_dataset_ops
+
+    for owner, name in [(tf.data.Dataset, "_as_serialized_graph"),
+                        (distribute, "_AutoShardDataset"), (dataset_ops, "_VariantDataset"),
+                        (gen_experimental_dataset_ops, "dataset_from_graph"),
+                        (gen_dataset_ops, "serialize_iterator"),
+                        (gen_dataset_ops, "deserialize_iterator")]:
+        assert hasattr(owner, name), (
+            f"TensorFlow no longer has {owner.__name__}.{name}: jaxload cannot shard tf.data by "
+            "files or save its iterators (jaxload/_src/compat.py)")
+    # the FILE rewrite deals out file names, which can be counted without reading a file
+    files = [str(tmp_path / f"{i}.txt") for i in range(5)]
+    for i, path in enumerate(files):
+        with open(path, "w") as f:
+            f.write(f"{i}\n")
+    share = compat.tf_auto_shard(tf.data.TextLineDataset(files), 2, 1,
+                                 tf.data.experimental.AutoShardPolicy.FILE)
+    assert [line.decode() for line in share.as_numpy_iterator()] == ["1", "3"]
+    from jaxload._src.pipelines.tf_files import count_files
+
+    assert count_files(share) == 5
+    graph = compat.tf_graph(share)
+    assert "TextLineDataset" in {node.op for node in graph.node} | {
+        node.op for function in graph.library.function for node in function.node_def}
+    # an iterator's checkpoint as bytes, restored into a fresh iterator
+    iterator = iter(tf.data.Dataset.range(10))
+    next(iterator)
+    state = compat.tf_save_iterator(iterator, ignore_external_state=False)
+    fresh = iter(tf.data.Dataset.range(10))
+    compat.tf_restore_iterator(fresh, state)
+    assert int(next(fresh)) == 1

@@ -1,0 +1,229 @@
+"""A tf.data pipeline read before any data, in one process: the ops whose order can differ
+between processes are refused where that would duplicate or lose records, ``shard=`` and
+``dataset_fn`` are checked, a ``SHARD_HINT`` is honoured, and tf.data's iterator checkpoints
+continue every kind of pipeline exactly. Simulated topologies stand in for the other processes
+(the multi-process runs are in test_tf_files.py)."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import jaxload
+from jaxload._src.pipelines import tf_files, tfdata
+from jaxload._src.pipelines.tf_graph import DatasetGraph
+from jaxload._src.pipelines.tfdata import TfDataset
+from test_tf_files import write_files
+
+tf = pytest.importorskip("tensorflow")
+
+
+def plan(layout: str = "data_parallel", processes: int = 4, devices: int = 2, index: int = 1):
+    simulated = jaxload.simulated_devices(processes, devices)
+    make = {"data_parallel": jaxload.data_parallel,
+            "across_processes": lambda devices: jaxload.model_replicas_across_processes(
+                2, devices=devices)}[layout]
+    return make(devices=simulated).plan(global_batch_size=16, process_index=index)
+
+
+def share(ds, p, shard="auto"):
+    return TfDataset(ds, p, global_batch_size=16, shard=shard, batched=False, remainder="drop")
+
+
+def nondeterministic(ds):
+    options = tf.data.Options()
+    options.deterministic = False
+    return ds.with_options(options)
+
+
+VARYING = {
+    "shuffle": (lambda: tf.data.Dataset.range(64).shuffle(8), "ShuffleDatasetV3 without a seed"),
+    "map": (lambda: tf.data.Dataset.range(64).map(lambda x: x, num_parallel_calls=2,
+                                                  deterministic=False),
+            "ParallelMapDatasetV2 with deterministic=False"),
+    "interleave": (lambda: tf.data.Dataset.range(8).interleave(
+        lambda x: tf.data.Dataset.range(x), cycle_length=2, num_parallel_calls=2,
+        deterministic=False), "ParallelInterleaveDatasetV4 with deterministic=False"),
+    "options": (lambda: nondeterministic(tf.data.Dataset.range(64).map(
+        lambda x: x, num_parallel_calls=2)), "ParallelMapDatasetV2 with deterministic=False"),
+    "sample_from_datasets": (lambda: tf.data.Dataset.sample_from_datasets(
+        [tf.data.Dataset.range(32), tf.data.Dataset.range(32)]), "RandomDataset without a seed"),
+}
+SEEDED = {
+    "shuffle": lambda: tf.data.Dataset.range(64).shuffle(8, seed=1),
+    "map": lambda: tf.data.Dataset.range(64).map(lambda x: x, num_parallel_calls=2),
+    "interleave": lambda: tf.data.Dataset.range(8).interleave(
+        lambda x: tf.data.Dataset.range(x), cycle_length=2, num_parallel_calls=2),
+    "sample_from_datasets": lambda: tf.data.Dataset.sample_from_datasets(
+        [tf.data.Dataset.range(32), tf.data.Dataset.range(32)], seed=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARYING))
+def test_an_order_that_can_vary_is_refused_when_sharding_by_elements(name):
+    make, op = VARYING[name]
+    with pytest.raises(ValueError, match="would deliver some records twice") as raised:
+        share(make(), plan())
+    assert op in str(raised.value)
+    assert "give it seed=" in str(raised.value) or "deterministic=True" in str(raised.value)
+    share(make(), plan(processes=1, devices=8, index=0))  # one loading group: nothing to lose
+
+
+@pytest.mark.parametrize("name", sorted(SEEDED))
+def test_the_same_ops_seeded_or_deterministic_are_accepted(name):
+    assert share(SEEDED[name](), plan()).sharding.mode == "elements"
+
+
+def test_a_shuffled_list_files_is_right_by_files_and_refused_by_elements(tmp_path):
+    pattern = write_files(tmp_path, [4] * 8)
+    ds = tf.data.Dataset.list_files(pattern).interleave(tf.data.TFRecordDataset,
+                                                        cycle_length=2).map(parse_id)
+    assert share(ds, plan()).sharding == tf_files.Sharding("files", files=8)
+    with pytest.raises(ValueError, match="list_files with its default shuffle=True"):
+        share(ds, plan(), shard="elements")
+    # processes 1 and 3 form one loading group: their file orders must agree
+    with pytest.raises(ValueError, match=r"processes \[1, 3\] form one loading group"):
+        share(ds, plan("across_processes"))
+
+
+def test_random_values_are_refused_only_within_a_group_of_processes():
+    augmented = tf.data.Dataset.range(64).map(lambda x: {"x": tf.random.uniform([2])})
+    share(augmented, plan())  # each group its own rows: other augmentations are fine
+    with pytest.raises(ValueError, match="RandomUniform without a seed"):
+        share(augmented, plan("across_processes"))
+    seeded = tf.data.Dataset.range(64).map(lambda x: {"x": tf.random.uniform([2], seed=4)})
+    share(seeded, plan("across_processes"))
+
+
+def test_shard_files_says_why_not(tmp_path):
+    with pytest.raises(ValueError, match=r"shard='files' cannot .* it reads no files .*"
+                                         r"RangeDataset"):
+        share(tf.data.Dataset.range(64), plan(), shard="files")
+    pattern = write_files(tmp_path, [4] * 3)
+    ds = tf.data.TFRecordDataset(tf.io.gfile.glob(pattern)).map(parse_id)
+    with pytest.raises(ValueError, match="it reads 3 files for 4 loading groups"):
+        share(ds, plan(), shard="files")
+    with pytest.warns(jaxload.ShardingWarning, match="write the data into at least 4 files"):
+        assert share(ds, plan(index=2)).sharding.mode == "elements"
+
+
+def test_each_group_gets_every_kth_file(tmp_path):
+    pattern = write_files(tmp_path, [3] * 6)
+    ids = []
+    for index in range(4):
+        group = share(tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(pattern))).map(parse_id),
+                      plan(index=index))
+        assert group.sharding.reads(plan()) == ("each loading group reads 1-2 of the 6 files "
+                                                "(1/4 of the records)")
+        ids.append([int(r["id"]) for r in group._share])
+    assert [sorted(i // 1000 for i in group_ids) for group_ids in ids] == [
+        [0] * 3 + [4] * 3, [1] * 3 + [5] * 3, [2] * 3, [3] * 3]
+
+
+def test_a_shard_hint_is_honoured():
+    ds = tf.data.Dataset.range(64).shard(tf.data.experimental.SHARD_HINT,
+                                         tf.data.experimental.SHARD_HINT)
+    group = share(ds, plan(index=1))
+    assert group.sharding.mode == "hint" and group.backend == "tf.data/hint"
+    assert list(group._share.as_numpy_iterator()) == list(range(1, 64, 4))
+
+
+@pytest.mark.parametrize("bad", ["bogus", "file", 1.0, None])
+def test_bad_shard_options_are_refused(bad):
+    with pytest.raises(ValueError, match=r"shard=.* must be 'auto' .*'files', 'elements' or "
+                                         "False"):
+        jaxload.from_tf_data(tf.data.Dataset.range(64), jaxload.data_parallel(),
+                             global_batch_size=16, shard=bad)
+
+
+def test_dataset_fn_gets_its_context_and_must_return_a_dataset():
+    seen = []
+
+    def dataset_fn(ctx):
+        seen.append((ctx.shard_index, ctx.shard_count, ctx.local_batch_size,
+                     ctx.global_batch_size, ctx.input_pipeline_id, ctx.num_input_pipelines))
+        return tf.data.Dataset.range(64).map(lambda i: {"x": i})
+
+    loader = jaxload.from_tf_data(dataset_fn, jaxload.data_parallel(), global_batch_size=16)
+    assert seen == [(0, 1, 16, 16, 0, 1)]
+    assert np.asarray(next(iter(loader))["x"]).tolist() == list(range(16))
+    with pytest.raises(TypeError, match="dataset_fn returned a list"):
+        jaxload.from_tf_data(lambda ctx: [1, 2], jaxload.data_parallel(), global_batch_size=16)
+    with pytest.raises(ValueError, match="leave shard= and service= unset"):
+        jaxload.from_tf_data(dataset_fn, jaxload.data_parallel(), global_batch_size=16,
+                             shard="elements")
+
+
+def parse_id(serialized):
+    return tf.io.parse_single_example(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})
+
+
+PIPELINES = {
+    # symbolic: positions only
+    "range-map-batch": (lambda files: tf.data.Dataset.range(500).map(lambda x: {"id": x}), True),
+    "files-interleave": (lambda files: tf.data.Dataset.from_tensor_slices(files).interleave(
+        tf.data.TFRecordDataset, cycle_length=2).map(parse_id, num_parallel_calls=2), True),
+    "filter-repeat-take": (lambda files: tf.data.Dataset.range(90).filter(
+        lambda x: x % 3 > 0).repeat(3).take(150).map(lambda x: {"id": x}), True),
+    # with buffers
+    "parallel-interleave": (lambda files: tf.data.Dataset.from_tensor_slices(files).interleave(
+        tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2).map(parse_id), False),
+    "shuffle": (lambda files: tf.data.Dataset.range(500).shuffle(64, seed=2).map(
+        lambda x: {"id": x}), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+@pytest.mark.parametrize("groups", [1, 4])
+def test_a_restored_iterator_continues_exactly(tmp_path, name, groups):
+    make, symbolic = PIPELINES[name]
+    files = sorted(tf.io.gfile.glob(write_files(tmp_path, [37, 50, 13, 60, 20, 31, 44, 5])))
+    assert DatasetGraph.of(make(files)).symbolic() is symbolic
+    group_plan = plan(processes=groups, devices=8 // groups, index=groups - 1)
+    whole = share(make(files), group_plan)
+    if groups > 1 and "interleave" in name:
+        assert whole.sharding == tf_files.Sharding("files", files=8)
+    reference = [b["id"].tolist() for b, _ in whole.batches(None)]
+    for stop in (1, 3, len(reference) - 1):
+        first = share(make(files), group_plan)
+        batches = first.batches(None)
+        _, position = next(itertools.islice(iter(batches), stop - 1, None))
+        assert position["batches"] == position["saved"]["batches"] == stop
+        again = share(make(files), group_plan)
+        rest = [b["id"].tolist() for b, _ in again.batches(json.loads(json.dumps(position)))]
+        assert rest == reference[stop:], (name, stop)
+
+
+def test_a_pipeline_tf_data_cannot_save_falls_back_to_skipping_with_a_warning(monkeypatch):
+    monkeypatch.setattr(tfdata, "_NOT_SAVED", set())  # told once per process
+    ds = tf.data.Dataset.range(64).map(
+        lambda x: tf.ensure_shape(tf.py_function(lambda a: a, [x], tf.int64), []))
+    with pytest.warns(UserWarning, match=r"EagerPyFunc is stateful.*re-reads every batch.*"
+                                         "ExternalStatePolicy.IGNORE"):
+        group = share(ds, plan(processes=1, devices=8, index=0))
+    batches = list(group.batches(None))
+    assert [position for _, position in batches] == [1, 2, 3, 4]
+    assert [b.tolist() for b, _ in group.batches(2)] == [list(range(32, 48)),
+                                                        list(range(48, 64))]
+    options = tf.data.Options()
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ignored = share(ds.with_options(options), plan(processes=1, devices=8, index=0))
+    assert isinstance(list(ignored.batches(None))[-1][1], dict)
+
+
+def test_a_large_checkpoint_is_saved_less_often_and_reread_is_bounded():
+    ds = tf.data.Dataset.range(20_000).map(lambda x: {"id": x, "x": tf.fill([64], x)}).shuffle(
+        5000, seed=1)
+    group = share(ds, plan(processes=1, devices=8, index=0))
+    positions = [position for _, position in itertools.islice(group.batches(None), 200)]
+    saves = {p["saved"]["batches"] for p in positions}
+    assert 1 in saves and len(saves) < len(positions)  # large: not after every batch
+    state = base64.b64decode(positions[-1]["saved"]["state"])
+    assert len(state) > 5000 * 64  # the shuffle buffer is in it (int64 values as varints)
