@@ -13,12 +13,12 @@ import warnings
 
 import numpy as np
 import pytest
+from test_tf_files import write_files
 
 import jaxload
 from jaxload._src.pipelines import tf_files, tfdata
 from jaxload._src.pipelines.tf_graph import DatasetGraph
 from jaxload._src.pipelines.tfdata import TfDataset
-from test_tf_files import write_files
 
 tf = pytest.importorskip("tensorflow")
 
