@@ -120,3 +120,17 @@ def test_initialize_refuses_options_the_installed_jax_does_not_take():
         jaxload.initialize(not_an_option=1)
     with pytest.raises(ValueError, match="heartbeat_timeout_s=0 must be a positive int"):
         jaxload.initialize(heartbeat_timeout_s=0)
+
+
+def test_plan_says_what_each_loading_group_reads_of_files(capsys):
+    assert cli.main(["plan", "--processes", "64", "--local-devices", "8",
+                     "--global-batch-size", "2048", "--files", "1000"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "input: tf.data by files: each loading group reads 15-16 of the 1000 files "
+        "(1/64 of the records)")
+    assert cli.main(["plan", "--processes", "4", "--local-devices", "2", "--layout",
+                     "replicas-across-processes", "--model-size", "2",
+                     "--global-batch-size", "16", "--files", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "input: tf.data by elements (1 file for 2 loading groups; write at least 2): each "
+        "process reads every element and keeps 1/2 of them")

@@ -79,6 +79,8 @@ def _plan(args: argparse.Namespace) -> int:
 
     plan = _plan_layout(args).plan(args.global_batch_size)
     print(explain.text(plan, max_processes=args.max_processes), end="")
+    if args.files is not None:
+        print(f"input: {explain.files_text(plan, args.files)}")
     if args.svg:
         Path(args.svg).write_text(explain.svg(plan, max_processes=args.max_processes))
         print(f"wrote {args.svg}")
@@ -128,6 +130,8 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--max-processes", type=int, default=16,
                       help="processes shown in the device table and the SVG")
     plan.add_argument("--svg", help="also draw the plan to this SVG file")
+    plan.add_argument("--files", type=int, metavar="N",
+                      help="a tf.data pipeline that reads N files: what each loading group reads")
     plan.set_defaults(run=_plan)
 
     launch = commands.add_parser("launch", help="run a command in N local processes with fake "

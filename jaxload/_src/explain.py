@@ -20,6 +20,7 @@ from typing import TypeAlias
 from jaxload._src import plan_text
 from jaxload._src.plan import Plan, every_plan
 from jaxload._src.plan_text import rows_text
+from jaxload._src.validate import is_positive_int
 
 # One colour per loading group, cycling; chosen to stay distinguishable side by side.
 _COLOURS = ["#f4a6c1", "#f9d56e", "#9ed39a", "#8ec5f0", "#c9a7eb", "#f6b47f", "#7fd6cf", "#d9d9d9"]
@@ -29,6 +30,30 @@ def text(plan: Plan, *, max_processes: int = 16, width: int = 100) -> str:
     """Tables of the loading groups and of what each device holds, as plain text (the text of
     :meth:`jaxload.Plan.explain`)."""
     return plan_text.text(plan, every_plan(plan), max_processes=max_processes, width=width)
+
+
+def files_text(plan: Plan, files: int) -> str:
+    """What each process reads of a tf.data pipeline over ``files`` files
+    (``from_tf_data(shard="auto")``).
+
+    Example:
+      >>> plan = jaxload.data_parallel(devices=jaxload.simulated_devices(4, 2)).plan(16)
+      >>> files_text(plan, 10)
+      'tf.data by files: each loading group reads 2-3 of the 10 files (1/4 of the records)'
+      >>> print(*files_text(plan, 2).split(": ", 1), sep=":\\n")
+      tf.data by elements (2 files for 4 loading groups; write at least 4):
+      each process reads every element and keeps 1/4 of them
+    """
+    from jaxload._src.pipelines.tf_files import ELEMENTS, FILES, Sharding
+
+    if not is_positive_int(files):
+        raise ValueError(f"--files={files!r} must be a positive int")
+    k = plan.shard_count
+    if files >= k or k == 1:
+        return f"tf.data by files: {Sharding(FILES, files=files if k > 1 else None).reads(plan)}"
+    return (f"tf.data by elements ({files} file{'s' * (files != 1)} for {k} loading groups; "
+            f"write at least {k}): "
+            f"{Sharding(ELEMENTS).reads(plan)}")
 
 
 # (per-replica batch, column block) -> the devices holding that cell of a feature

@@ -9,8 +9,7 @@ that :meth:`Loader.get_state` returns.
 
 A pass stopped early tells the others from :meth:`LoaderIterator.close` (also called by ``with``,
 the next ``iter(loader)`` and :meth:`Loader.close`); an iterator dropped without ``close()`` is
-closed on a background thread, never inside a finalizer.
-"""
+closed on a background thread, never inside a finalizer."""
 
 from __future__ import annotations
 
@@ -26,6 +25,7 @@ from jaxload._src.assemble import resharder
 from jaxload._src.batch_spec import global_spec, local_spec
 from jaxload._src.checkpointable import Checkpointable
 from jaxload._src.config import LoaderConfig
+from jaxload._src.explained import Explained
 from jaxload._src.iterator import LoaderIterator, LoopSide
 from jaxload._src.layout import Layout, Plan
 from jaxload._src.pass_context import PassContext
@@ -39,7 +39,7 @@ from jaxload._src.trees import BatchSpec
 from jaxload._src.validate import is_nonnegative_int
 
 
-class Loader(Checkpointable):
+class Loader(Checkpointable, Explained):
     """An iterable of global batches (pytrees of ``jax.Array``), one pass per ``iter()``.
 
     Built by :func:`jaxload.from_tf_data` or :func:`jaxload.from_grain`. Every process must

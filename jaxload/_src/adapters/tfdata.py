@@ -167,7 +167,8 @@ def from_tf_data(
 
 def check_shard(shard: Any, service: str | None) -> None:
     """``shard=`` is True/False or one of :data:`OPTIONS`; with ``service=`` a bool."""
-    if shard is True or shard is False or (shard in OPTIONS and service is None):
+    if shard is True or shard is False or shard == "auto" or (
+            shard in OPTIONS and service is None):
         return
     if service is not None and shard in OPTIONS:
         raise ValueError(f"shard={shard!r} cannot be used with service=: the tf.data service "
