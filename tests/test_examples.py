@@ -98,6 +98,15 @@ def test_resume_example_continues_with_the_same_batches(tmp_path):
 
 
 @pytest.mark.cluster
+def test_tf_files_example_reads_each_groups_files_and_resumes_without_rereading(tmp_path):
+    out = launch_example("tf_files.py", 2, 4, str(tmp_path))
+    assert "[0] input: tf.data by files: each loading group reads 8 of the 16 files" in out
+    for p in range(2):
+        assert (f"[{p}] process {p}: stopped at step 10 of 32, resumed for 22 steps, parsing 704 "
+                "records") in out
+
+
+@pytest.mark.cluster
 def test_elastic_resume_example_continues_on_4_processes_what_2_saved(tmp_path):
     out = launch_example("elastic_resume.py", 2, 4, "A", str(tmp_path))
     assert "[1] process 1 of 2: 5 steps of 64 rows, saved at global row 320 (step 5)" in out
