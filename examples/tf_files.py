@@ -18,8 +18,8 @@ jaxload.initialize()
 from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
-from jax.experimental import multihost_utils  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
 
 root = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/jaxload-tf-files").absolute()
 parsed = [0]
