@@ -49,6 +49,7 @@ bench: install
 	$(PY) benchmarks/watchdog_cost.py
 	$(PY) benchmarks/head_start.py
 	$(PY) benchmarks/schedule_cost.py
+	$(PY) benchmarks/tf_resume.py
 
 lint: install
 	$(PY) -m ruff check jaxload tests examples
