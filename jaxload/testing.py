@@ -33,9 +33,15 @@ from jaxload._src.testing import (
     run,
     run_script,
 )
+from jaxload._src.warm_cluster import (
+    Cluster,
+    cluster,
+)
 
 __all__ = (
+    "Cluster",
     "ProcessesFailed",
+    "cluster",
     "initialize",
     "launch",
     "run",

@@ -74,6 +74,11 @@ def this_process_transport() -> Transport | None:
     return _transport[0]
 
 
+def forget_transport() -> None:
+    """Drops this process's store and its byte counts (a new one is created on first use)."""
+    _transport.clear()
+
+
 def failure_key(prefix: str) -> str:
     """Where the first failure of exchange ``prefix`` is kept (deleted with the exchange)."""
     return f"{prefix}/failed"

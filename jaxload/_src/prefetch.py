@@ -192,6 +192,18 @@ class BackgroundCloser:
     def stop(self) -> None:
         self._queue.put(_END)
 
+    def drain(self, timeout_s: float) -> None:
+        """Closes the iterators handed over so far and ends the thread (waiting ``timeout_s``
+        at most); the next :meth:`start` starts a new one."""
+        with self._lock:
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                return
+            self.stop()
+        thread.join(timeout=timeout_s)
+        if not thread.is_alive():
+            _running.pop(thread, None)
+
 
 closer = BackgroundCloser()
 

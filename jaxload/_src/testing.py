@@ -94,11 +94,7 @@ def run(
       >>> jaxload.testing.run(where_am_i, num_processes=2, local_devices=4)  # doctest: +SKIP
       [(0, 4, 8), (1, 4, 8)]
     """
-    file = sys.modules[fn.__module__].__file__
-    if file is None:
-        raise TypeError(f"{fn.__qualname__} is defined in {fn.__module__}, which has no file "
-                        "the processes could load it from")
-    source = Path(file).resolve()
+    source = function_file(fn)
     with tempfile.TemporaryDirectory(prefix="jaxload-run-") as tmp:
         args_file = Path(tmp, "args.pkl")
         args_file.write_bytes(pickle.dumps(tuple(args)))
@@ -247,9 +243,22 @@ def _describe(failure: str, procs: Sequence[subprocess.Popen[Any]], logs: list[s
     return "\n".join(parts)
 
 
-def _worker(source: str, qualname: str, args_file: str, result_file: str) -> None:
-    initialize()
-    sys.path.insert(0, str(Path(source).parent))  # the file's own helper modules
+def function_file(fn: Callable[..., Any]) -> Path:
+    """The file ``fn`` is defined in, which each process loads again."""
+    module = sys.modules.get(fn.__module__)
+    file = getattr(module, "__file__", None)
+    if file is None or "<locals>" in fn.__qualname__:
+        raise TypeError(f"{fn.__qualname__} must be a module-level function of a file the "
+                        f"processes can load it from (it is defined in {fn.__module__})")
+    return Path(file).resolve()
+
+
+def function_at(source: str, qualname: str) -> Any:
+    """The function ``qualname`` of the file ``source``, loaded as a new module (its own helper
+    modules, next to it, are importable)."""
+    folder = str(Path(source).parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(f"_jaxload_target_{Path(source).stem}", source)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {source} as a module")
@@ -259,6 +268,12 @@ def _worker(source: str, qualname: str, args_file: str, result_file: str) -> Non
     fn: Any = module
     for part in qualname.split("."):
         fn = getattr(fn, part)
+    return fn
+
+
+def _worker(source: str, qualname: str, args_file: str, result_file: str) -> None:
+    initialize()
+    fn = function_at(source, qualname)
     result = fn(*pickle.loads(Path(args_file).read_bytes()))
     Path(result_file).write_bytes(pickle.dumps(result))
 

@@ -277,6 +277,18 @@ class Watchdog:
 _this_process: list[Watchdog] = []
 
 
+def forget_this_process() -> list[str]:
+    """Stops this process's watchdog (if one started) and forgets it, so that the next pass
+    starts a new one, as in a new process (a warm test cluster between calls); returns the
+    passes it still had open."""
+    if not _this_process:
+        return []
+    watchdog = _this_process.pop()
+    atexit.unregister(watchdog._at_exit)
+    watchdog._stop()
+    return sorted(watchdog._open)
+
+
 def this_process() -> Watchdog:
     """This process's watchdog, created on first use (over the coordination service's store in
     a multi-process run)."""

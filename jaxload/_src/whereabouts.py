@@ -98,9 +98,20 @@ class Created:
         """Whether this process created exchange ``ordinal`` of ``series``."""
         return self._counts.get(series, 0) > ordinal
 
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
 
 CREATED = Created()
 _loaders: dict[str, int] = {}  # loader name -> loaders built under it on this process
+
+
+def forget_names() -> None:
+    """Forgets every exchange and loader name this process created, as in a new process (a warm
+    test cluster's next call must agree on names with the other processes)."""
+    CREATED.clear()
+    _loaders.clear()
 
 
 def call_site() -> str:
