@@ -227,3 +227,28 @@ def test_a_large_checkpoint_is_saved_less_often_and_reread_is_bounded():
     assert 1 in saves and len(saves) < len(positions)  # large: not after every batch
     state = base64.b64decode(positions[-1]["saved"]["state"])
     assert len(state) > 5000 * 64  # the shuffle buffer is in it (int64 values as varints)
+
+
+@pytest.mark.parametrize("api", ["v0", "v1"])
+def test_an_iterator_checkpoint_goes_through_orbax(tmp_path, api):
+    from test_schedule import orbax_checkpoint
+
+    pytest.importorskip("orbax.checkpoint")
+    files = sorted(tf.io.gfile.glob(write_files(tmp_path / "files", [40, 25, 60, 3])))
+
+    def loader():
+        ds = tf.data.Dataset.from_tensor_slices(files).interleave(
+            tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2).map(parse_id)
+        return jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=16)
+
+    reference = [np.asarray(b["id"]).tolist() for b in loader()]
+    taken = loader()
+    batches = iter(taken)
+    for _ in range(3):
+        next(batches)
+    assert taken.get_state()["position"]["saved"]["batches"] == 3
+    orbax_checkpoint(api, str(tmp_path / "ckpt"), taken, save=True)
+    batches.close()
+    restored = loader()
+    orbax_checkpoint(api, str(tmp_path / "ckpt"), restored, save=False)
+    assert [np.asarray(b["id"]).tolist() for b in restored] == reference[3:]
