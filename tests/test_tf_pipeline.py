@@ -252,3 +252,24 @@ def test_an_iterator_checkpoint_goes_through_orbax(tmp_path, api):
     restored = loader()
     orbax_checkpoint(api, str(tmp_path / "ckpt"), restored, save=False)
     assert [np.asarray(b["id"]).tolist() for b in restored] == reference[3:]
+
+
+def test_sharded_by_elements_a_checkpointed_state_continues_under_another_plan():
+    def loader(size):
+        ds = tf.data.Dataset.range(256).map(lambda i: {"id": i})
+        return jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=size)
+
+    taken = loader(16)
+    batches = iter(taken)
+    next(batches), next(batches)
+    state = taken.get_state()
+    assert state["rows"] == 32 and "saved" in state["position"]
+    bigger = loader(32)  # another plan: restarts at global row 32, then checkpoints from there
+    bigger.set_state(state)
+    batches = iter(bigger)
+    assert np.asarray(next(batches)["id"]).tolist() == list(range(32, 64))
+    again = bigger.get_state()
+    assert again["origin"] == 32 and again["rows"] == 64
+    same = loader(32)  # the same plan: the checkpoint of the pipeline started at row 32
+    same.set_state(again)
+    assert [np.asarray(b["id"])[0] for b in same] == list(range(64, 256, 32))
