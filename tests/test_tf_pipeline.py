@@ -168,6 +168,9 @@ PIPELINES = {
     "range-map-batch": (lambda files: tf.data.Dataset.range(500).map(lambda x: {"id": x}), True),
     "files-interleave": (lambda files: tf.data.Dataset.from_tensor_slices(files).interleave(
         tf.data.TFRecordDataset, cycle_length=2).map(parse_id, num_parallel_calls=2), True),
+    "lines-skip": (lambda files: tf.data.TextLineDataset(
+        [f.replace(".tfrecord", ".txt") for f in files]).skip(7).map(
+            lambda line: {"id": tf.strings.to_number(line, tf.int64)}), True),
     "filter-repeat-take": (lambda files: tf.data.Dataset.range(90).filter(
         lambda x: x % 3 > 0).repeat(3).take(150).map(lambda x: {"id": x}), True),
     # with buffers
@@ -183,10 +186,13 @@ PIPELINES = {
 def test_a_restored_iterator_continues_exactly(tmp_path, name, groups):
     make, symbolic = PIPELINES[name]
     files = sorted(tf.io.gfile.glob(write_files(tmp_path, [37, 50, 13, 60, 20, 31, 44, 5])))
+    for f, size in enumerate([37, 50, 13, 60, 20, 31, 44, 5]):  # the same ids as text lines
+        with open(files[f].replace(".tfrecord", ".txt"), "w") as text:
+            text.writelines(f"{1000 * f + i}\n" for i in range(size))
     assert DatasetGraph.of(make(files)).symbolic() is symbolic
     group_plan = plan(processes=groups, devices=8 // groups, index=groups - 1)
     whole = share(make(files), group_plan)
-    if groups > 1 and "interleave" in name:
+    if groups > 1 and ("interleave" in name or "lines" in name):
         assert whole.sharding == tf_files.Sharding("files", files=8)
     reference = [b["id"].tolist() for b, _ in whole.batches(None)]
     for stop in (1, 3, len(reference) - 1):
