@@ -43,13 +43,13 @@ _EXTERNAL = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless", "VarHandleOp"
                        "ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp",
                        "HashTableV2", "MutableHashTableV2", "LookupTableFindV2"})
 # ops whose iterators tf.data restores exactly from a symbolic checkpoint (positions, no
-# buffers), checked one by one in tests/test_tf_iterator.py; a parallel interleave is not among
-# them (its restored iterator never yields)
+# buffers), checked in tests/test_tf_pipeline.py and tests/test_tf_files.py; a parallel
+# interleave is not among them (its restored iterator never yields)
 SYMBOLIC = frozenset({
-    "RangeDataset", "TensorSliceDataset", "TensorDataset", "MapDataset", "ParallelMapDatasetV2",
+    "RangeDataset", "TensorSliceDataset", "MapDataset", "ParallelMapDatasetV2",
     "BatchDatasetV2", "PrefetchDataset", "ShardDataset", "SkipDataset", "TakeDataset",
     "RepeatDataset", "FlatMapDataset", "InterleaveDataset", "TFRecordDataset",
-    "TFRecordDatasetV2", "TextLineDataset", "FilterDataset", "OptionsDataset", "ModelDataset"})
+    "TFRecordDatasetV2", "TextLineDataset", "FilterDataset", "OptionsDataset"})
 
 
 @dataclasses.dataclass(frozen=True)
