@@ -39,3 +39,45 @@ def pytest_runtest_setup(item):
 
 def pytest_runtest_teardown(item):
     subprocess.Popen = _POPEN
+
+
+class WarmClusters:
+    """Warm clusters (``jaxload.testing.cluster``) shared by every test of the run, one per
+    ``(num_processes, local_devices)``; the least recently used ends when a fourth is needed."""
+
+    KEEP = 3
+
+    def __init__(self):
+        self._alive = {}
+
+    def __call__(self, num_processes: int, local_devices: int):
+        """The cluster of this shape, started on first use."""
+        import jaxload.testing
+
+        shape = (num_processes, local_devices)
+        cluster = self._alive.pop(shape, None)
+        while cluster is None and len(self._alive) >= self.KEEP:
+            self._alive.pop(next(iter(self._alive))).close()
+        if cluster is None:
+            cluster = jaxload.testing.cluster(num_processes=num_processes,
+                                              local_devices=local_devices, timeout_s=300)
+        self._alive[shape] = cluster  # the most recently used last
+        return cluster
+
+    def run(self, fn, *, num_processes: int, local_devices: int, args=(), timeout_s=None):
+        """As ``jaxload.testing.run``, on the warm cluster of this shape."""
+        return self(num_processes, local_devices).run(fn, *args, timeout_s=timeout_s)
+
+    def close(self):
+        for cluster in self._alive.values():
+            cluster.close()
+        self._alive.clear()
+
+
+@pytest.fixture(scope="session")
+def clusters():
+    """``clusters(2, 4).run(fn, *args)``, or ``clusters.run(fn, num_processes=2,
+    local_devices=4, args=...)``: ``fn`` runs on warm processes shared by the whole run."""
+    warm = WarmClusters()
+    yield warm
+    warm.close()

@@ -72,12 +72,12 @@ CASES = [("grain", topology, layout_name, remainder, False)
 @pytest.mark.parametrize("backend,topology,layout_name,remainder,scheduled", CASES,
                          ids=[f"{b}-{t[0]}x{t[1]}-{n}-{r}{'-schedule' * s}"
                               for b, t, n, r, s in CASES])
-def test_a_step_compiled_from_the_spec_runs_on_every_batch(backend, topology, layout_name,
+def test_a_step_compiled_from_the_spec_runs_on_every_batch(clusters, backend, topology, layout_name,
                                                           remainder, scheduled):
-    results = jaxload.testing.run(compile_then_run, num_processes=topology[0],
-                                  local_devices=topology[1],
-                                  args=(backend, layout_name, remainder, scheduled),
-                                  timeout_s=180)
+    results = clusters.run(compile_then_run, num_processes=topology[0],
+                           local_devices=topology[1],
+                           args=(backend, layout_name, remainder, scheduled),
+                           timeout_s=180)
     first = results[0]
     G = first["spec"]["x"][0][0]
     assert first["spec"]["x"][0] == (G, 3) and first["spec"]["x"][1] == "float32"

@@ -55,9 +55,9 @@ def replication_scenarios(layout_name: str):
 @pytest.mark.cluster
 @pytest.mark.parametrize("topology,layout_name", [((4, 2), "across_processes"),
                                                   ((2, 4), "in_process")])
-def test_replication(topology, layout_name):
-    outcomes = jaxload.testing.run(replication_scenarios, num_processes=topology[0],
-                                   local_devices=topology[1], args=(layout_name,), timeout_s=180)
+def test_replication(clusters, topology, layout_name):
+    outcomes = clusters.run(replication_scenarios, num_processes=topology[0],
+                            local_devices=topology[1], args=(layout_name,), timeout_s=180)
     last = topology[0] - 1
     for o in outcomes:  # every process reaches the same verdict
         assert o["correct"] is None
@@ -90,9 +90,9 @@ def distinct_scenarios():
 
 
 @pytest.mark.cluster
-def test_distinct():
-    outcomes = jaxload.testing.run(distinct_scenarios, num_processes=2, local_devices=4,
-                                   timeout_s=180)
+def test_distinct(clusters):
+    outcomes = clusters.run(distinct_scenarios, num_processes=2, local_devices=4,
+                            timeout_s=180)
     for o in outcomes:
         assert o["same"].startswith("DuplicationError: different rows of the batch hold identical")
         assert "rows [0, 2) on devices 0 (process 0); rows [8, 10) on devices 2048 (process 1)" \
@@ -112,8 +112,8 @@ def plan_scenarios():
 
 
 @pytest.mark.cluster
-def test_plan():
-    outcomes = jaxload.testing.run(plan_scenarios, num_processes=4, local_devices=2, timeout_s=120)
+def test_plan(clusters):
+    outcomes = clusters.run(plan_scenarios, num_processes=4, local_devices=2, timeout_s=120)
     for o in outcomes:
         assert o["same"] is None
         assert o["differ"].startswith("PlanMismatchError: processes [1] use a different layout")

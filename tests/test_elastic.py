@@ -164,14 +164,14 @@ def delivered(results: list[dict], step: int) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory) -> dict:
+def chain(clusters, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("elastic")
     runs = {}
     for i, (name, (processes, devices), layout, batch, steps) in enumerate(CHAIN):
         args = (layout, batch, steps, CASES, str(root / CHAIN[i - 1][0]) if i else None,
                 str(root / name) if steps else None)
-        runs[name] = jaxload.testing.run(chain_run, num_processes=processes,
-                                         local_devices=devices, args=args, timeout_s=300)
+        runs[name] = clusters.run(chain_run, num_processes=processes,
+                                  local_devices=devices, args=args, timeout_s=300)
     return runs
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-import jaxload.testing
 from placement import record_epoch, verify_epoch
 
 # (backend, layout, num_elements, global_batch_size)
@@ -44,13 +43,13 @@ def run_scenarios(scenarios):
 
 
 @pytest.fixture(scope="module")
-def topology_results():
+def topology_results(clusters):
     cache = {}
 
     def get(topology):
         if topology not in cache:
             processes, devices = topology
-            per_process = jaxload.testing.run(
+            per_process = clusters.run(
                 run_scenarios, num_processes=processes, local_devices=devices,
                 args=(SCENARIOS[topology],), timeout_s=240)
             cache[topology] = [[r[i] for r in per_process] for i in range(len(SCENARIOS[topology]))]

@@ -151,10 +151,10 @@ def expected_value(key: str, ids: np.ndarray, index) -> np.ndarray:
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("topology", list(SCENARIOS))
-def test_every_device_holds_its_rows_and_columns(topology):
+def test_every_device_holds_its_rows_and_columns(clusters, topology):
     processes, local = topology
-    results = jaxload.testing.run(record_scenarios, num_processes=processes, local_devices=local,
-                                  args=(SCENARIOS[topology],), timeout_s=300)
+    results = clusters.run(record_scenarios, num_processes=processes, local_devices=local,
+                           args=(SCENARIOS[topology],), timeout_s=300)
     for k, (_, name, num_elements, schedule, *_) in enumerate(SCENARIOS[topology]):
         ids_grid, _ = grid(name, processes, local)
         rows_blocks, col_blocks = len(ids_grid), len(ids_grid[0])

@@ -59,9 +59,9 @@ def scenarios(worker_count: int):
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("worker_count", [0, 2])
-def test_data_loader_across_processes(worker_count):
-    results = jaxload.testing.run(scenarios, num_processes=4, local_devices=2,
-                                  args=(worker_count,), timeout_s=300)
+def test_data_loader_across_processes(clusters, worker_count):
+    results = clusters.run(scenarios, num_processes=4, local_devices=2,
+                           args=(worker_count,), timeout_s=300)
     steps = {len(r["epoch"]) for r in results}
     assert steps == {160 // 2 // 8}  # 2 loading groups of 80 elements, 8 rows each per step
     for step in range(10):
@@ -116,7 +116,7 @@ def mp_prefetch_resume():
 
 
 @pytest.mark.cluster
-def test_iter_dataset_with_mp_prefetch_workers_resumes():
-    for got, expected in jaxload.testing.run(mp_prefetch_resume, num_processes=2,
-                                             local_devices=4, timeout_s=300):
+def test_iter_dataset_with_mp_prefetch_workers_resumes(clusters):
+    for got, expected in clusters.run(mp_prefetch_resume, num_processes=2,
+                                      local_devices=4, timeout_s=300):
         assert got == expected

@@ -6,9 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import jaxload
-import jaxload.testing
-
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
@@ -50,9 +47,9 @@ def value(scraped, name: str, process: int, **labels: str) -> float:
 
 
 @pytest.mark.cluster
-def test_a_scrape_of_every_process_matches_the_steps_taken():
-    results = jaxload.testing.run(scrape_after, num_processes=2, local_devices=2, args=(None,),
-                                  timeout_s=120)
+def test_a_scrape_of_every_process_matches_the_steps_taken(clusters):
+    results = clusters.run(scrape_after, num_processes=2, local_devices=2, args=(None,),
+                           timeout_s=120)
     for p, r in enumerate(results):
         assert r["taken"] == 3  # 20 rows per process: 8, 8, then 4 real rows and 4 padding
         before, after = samples(r["before"]), samples(r["after"])
@@ -75,9 +72,9 @@ def test_a_scrape_of_every_process_matches_the_steps_taken():
 
 
 @pytest.mark.cluster
-def test_a_pass_stopped_early_counts_the_steps_handed_out():
-    results = jaxload.testing.run(scrape_after, num_processes=2, local_devices=2, args=(2,),
-                                  timeout_s=120)
+def test_a_pass_stopped_early_counts_the_steps_handed_out(clusters):
+    results = clusters.run(scrape_after, num_processes=2, local_devices=2, args=(2,),
+                           timeout_s=120)
     for p, r in enumerate(results):
         after = samples(r["after"])
         assert r["taken"] == 2

@@ -46,9 +46,9 @@ def held_ids(step: dict) -> dict[int, int]:
 
 
 @pytest.mark.cluster
-def test_records_name_the_ids_each_loading_group_contributed():
-    per_process = jaxload.testing.run(record_passes, num_processes=4, local_devices=2,
-                                      args=(SCENARIOS,), timeout_s=300)
+def test_records_name_the_ids_each_loading_group_contributed(clusters):
+    per_process = clusters.run(record_passes, num_processes=4, local_devices=2,
+                               args=(SCENARIOS,), timeout_s=300)
     for k, (_, layout_name, num_elements, _, _) in enumerate(SCENARIOS):
         results = [r[k] for r in per_process]
         steps = len(results[0]["steps"])

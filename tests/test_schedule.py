@@ -119,8 +119,8 @@ def delivered(results: list[dict], schedule=SCHEDULE) -> list[int]:
     ("grain", 4, 2, "across_processes"),
     ("tf", 4, 2, "data_parallel"),
 ])
-def test_each_step_holds_its_sizes_rows(backend, n, d, layout):
-    results = jaxload.testing.run(run_schedule, num_processes=n, local_devices=d,
+def test_each_step_holds_its_sizes_rows(clusters, backend, n, d, layout):
+    results = clusters.run(run_schedule, num_processes=n, local_devices=d,
                                   args=(backend, layout, None, None), timeout_s=180)
     for r in results:
         assert len(r["steps"]) == 7  # 3 x 16 + 3 x 32 + 59 of 64 rows (padded)
@@ -133,8 +133,8 @@ SMALL = [(0, 4), (2, 16), (4, 12)]  # 4 and 12 rows: padded to the 8 batch shard
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("backend, n, d", [("grain", 2, 4), ("tf", 4, 2)])
-def test_padded_sizes_spread_their_real_rows_over_the_groups(backend, n, d):
-    results = jaxload.testing.run(run_schedule, num_processes=n, local_devices=d,
+def test_padded_sizes_spread_their_real_rows_over_the_groups(clusters, backend, n, d):
+    results = clusters.run(run_schedule, num_processes=n, local_devices=d,
                                   args=(backend, "data_parallel", None, None, None, SMALL),
                                   timeout_s=180)
     for r in results:  # 4 + 4 + 16 + 16 + 12 x 13 + 11 of 12: 18 steps
@@ -144,13 +144,14 @@ def test_padded_sizes_spread_their_real_rows_over_the_groups(backend, n, d):
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("backend, saved", [("grain", "json"), ("tf", "v0"), ("grain", "v1")])
-def test_a_state_at_step_4_continues_on_another_process_count(backend, saved, tmp_path):
+def test_a_state_at_step_4_continues_on_another_process_count(clusters, backend, saved,
+                                                               tmp_path):
     orbax = None if saved == "json" else (saved, str(tmp_path / "checkpoints"))
-    before = jaxload.testing.run(run_schedule, num_processes=2, local_devices=4,
+    before = clusters.run(run_schedule, num_processes=2, local_devices=4,
                                  args=(backend, "data_parallel", 4, None, orbax), timeout_s=180)
     state = before[0]["state"]
     assert json.loads(state)["step"] == 4 and json.loads(state)["rows"] == 16 * 3 + 32
-    after = jaxload.testing.run(run_schedule, num_processes=4, local_devices=2,
+    after = clusters.run(run_schedule, num_processes=4, local_devices=2,
                                 args=(backend, "across_processes", None,
                                       None if orbax else state, orbax), timeout_s=180)
     for r in after:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-import jaxload.testing
 from jaxload._src.cluster import free_port
 from placement import verify_steps
 
@@ -72,9 +71,9 @@ def service():
 
 
 @pytest.fixture(scope="module")
-def results(service):
-    per_process = jaxload.testing.run(read_through_service, num_processes=2, local_devices=4,
-                                      args=(service, SCENARIOS), timeout_s=240)
+def results(clusters, service):
+    per_process = clusters.run(read_through_service, num_processes=2, local_devices=4,
+                               args=(service, SCENARIOS), timeout_s=240)
     return [[r[i] for r in per_process] for i in range(len(SCENARIOS))]
 
 

@@ -63,11 +63,11 @@ def expected_reads(start: int, stop: int, gbs: int) -> int:
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("topology", list(SCENARIOS))
-def test_small_and_uneven_global_batches_are_padded(topology):
+def test_small_and_uneven_global_batches_are_padded(clusters, topology):
     processes, local = topology
-    per_process = jaxload.testing.run(record_padded, num_processes=processes,
-                                      local_devices=local, args=(SCENARIOS[topology],),
-                                      timeout_s=300)
+    per_process = clusters.run(record_padded, num_processes=processes,
+                               local_devices=local, args=(SCENARIOS[topology],),
+                               timeout_s=300)
     idle = 0
     for k, (backend, layout_name, gbs) in enumerate(SCENARIOS[topology]):
         results = [r[k] for r in per_process]

@@ -50,10 +50,10 @@ def resume(cases):
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("topology", sorted({c[0] for c in CASES}))
-def test_resume_gives_the_same_next_batches(topology):
+def test_resume_gives_the_same_next_batches(clusters, topology):
     cases = [c[1:] for c in CASES if c[0] == topology]
-    per_process = jaxload.testing.run(resume, num_processes=topology[0],
-                                      local_devices=topology[1], args=(cases,), timeout_s=240)
+    per_process = clusters.run(resume, num_processes=topology[0],
+                               local_devices=topology[1], args=(cases,), timeout_s=240)
     for process, results in enumerate(per_process):
         for case, r in zip(cases, results, strict=True):
             assert r["state"]["step"] == 3, (case, r["state"])

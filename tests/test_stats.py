@@ -33,9 +33,9 @@ def slow_on_one_process(slow_process: int, delay_s: float):
 
 
 @pytest.mark.cluster
-def test_summary_names_the_slow_process():
-    results = jaxload.testing.run(slow_on_one_process, num_processes=2, local_devices=4,
-                                  args=(1, 0.02), timeout_s=120)
+def test_summary_names_the_slow_process(clusters):
+    results = clusters.run(slow_on_one_process, num_processes=2, local_devices=4,
+                           args=(1, 0.02), timeout_s=120)
     for p, r in enumerate(results):
         assert r["steps"] == 4  # 64 elements, 8 per process per step
         mine = r["mine"]

@@ -165,9 +165,9 @@ CASES = [
 @pytest.mark.parametrize("topology,backend,layout,axis_type,context", CASES,
                          ids=[f"{t[0]}x{t[1]}-{b}-{name}-{a}-{'set_mesh' if c else 'mesh='}"
                               for t, b, name, a, c in CASES])
-def test_batches_live_on_the_users_mesh(topology, backend, layout, axis_type, context):
-    results = jaxload.testing.run(scenario, num_processes=topology[0], local_devices=topology[1],
-                                  args=(backend, layout, axis_type, context), timeout_s=240)
+def test_batches_live_on_the_users_mesh(clusters, topology, backend, layout, axis_type, context):
+    results = clusters.run(scenario, num_processes=topology[0], local_devices=topology[1],
+                           args=(backend, layout, axis_type, context), timeout_s=240)
     verify(results)
 
 
