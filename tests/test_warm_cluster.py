@@ -68,6 +68,25 @@ def leave_a_key():
         compat.distributed_client().key_value_set("jaxload/forgotten/1", "x")
 
 
+def fail_a_pass_with_the_default_on_failure():
+    """Process 1's pipeline fails: both processes raise, and with on_failure="exit" (the
+    default) both would end ``exit_grace_s`` later."""
+    import grain
+    import jax
+
+    def element(i):
+        if jax.process_index() == 1 and i == 21:
+            raise ValueError("corrupt record 21")
+        return i
+
+    loader = jaxload.from_grain(grain.MapDataset.range(64).map(element), jaxload.data_parallel(),
+                                global_batch_size=8)
+    try:
+        list(loader)
+    except Exception as e:  # noqa: BLE001 - which error each process saw
+        return type(e).__name__
+
+
 def fail_on_process_one():
     import jax
 
@@ -137,6 +156,15 @@ def test_a_key_left_in_the_store_is_named(cluster):
     with pytest.raises(jaxload.testing.ProcessesFailed,
                        match=r"process 0: key 'jaxload/forgotten/1' in the coordination service"):
         cluster.run(leave_a_key)
+    assert cluster.run(full_pass) == [4, 4]
+
+
+@pytest.mark.cluster
+def test_a_failure_that_would_end_the_processes_later_is_named(cluster):
+    with pytest.raises(jaxload.testing.ProcessesFailed,
+                       match=r"process 0: thread 'jaxload-exit' still running \(a failure with "
+                             r"on_failure='exit' ends this process soon"):
+        cluster.run(fail_a_pass_with_the_default_on_failure)
     assert cluster.run(full_pass) == [4, 4]
 
 

@@ -22,6 +22,8 @@ KEY_PREFIX = "jaxload/"  # everything jaxload keeps in the coordination service'
 THREAD_PREFIX = "jaxload-"  # the names of jaxload's threads
 _SETTLE_S = 5.0  # how long a thread that is ending anyway may take
 _SHOWN = 10
+_WHY = {"jaxload-exit": " (a failure with on_failure='exit' ends this process soon: pass "
+                        "on_failure='raise', or run the call on processes of its own)"}
 
 # module-level memories of what was told once per process (a warning)
 _TOLD_ONCE = (("jaxload._src.pipelines.tf_files", "_WARNED"),
@@ -48,7 +50,7 @@ def leftovers(timeout_s: float) -> list[str]:
     deadline = time.monotonic() + min(_SETTLE_S, timeout_s)
     while _jaxload_threads() and time.monotonic() < deadline:
         time.sleep(0.02)
-    found += [f"thread {name!r} still running" for name in _jaxload_threads()]
+    found += [f"thread {name!r} still running{_WHY.get(name, '')}" for name in _jaxload_threads()]
     return found
 
 
