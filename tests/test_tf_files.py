@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import jaxload.testing
 from placement import global_rows, make_layout, outcome, record
 
 PARSED = [0]
@@ -137,11 +136,10 @@ def files(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs_4x2(files, runs_2x4):
+def runs_4x2(clusters, files, runs_2x4):
     state = runs_2x4[1][0]["state"]  # process 0's, after 24 steps at 2x4
-    per_process = jaxload.testing.run(scenarios_4x2, num_processes=4, local_devices=2,
-                                      args=(files["sixteen"], files["two"], state),
-                                      timeout_s=280)
+    per_process = clusters.run(scenarios_4x2, num_processes=4, local_devices=2,
+                               args=(files["sixteen"], files["two"], state), timeout_s=280)
     return [[p[i][0] for p in per_process] for i in range(len(per_process[0]))]
 
 
@@ -210,9 +208,9 @@ def scenarios_2x4(pattern: str, uneven: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def runs_2x4(files):
-    per_process = jaxload.testing.run(scenarios_2x4, num_processes=2, local_devices=4,
-                                      args=(files["sixteen"], files["uneven"]), timeout_s=280)
+def runs_2x4(clusters, files):
+    per_process = clusters.run(scenarios_2x4, num_processes=2, local_devices=4,
+                               args=(files["sixteen"], files["uneven"]), timeout_s=280)
     return [[p[i] for p in per_process] for i in range(len(per_process[0]))]
 
 
