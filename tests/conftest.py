@@ -43,9 +43,9 @@ def pytest_runtest_teardown(item):
 
 class WarmClusters:
     """Warm clusters (``jaxload.testing.cluster``) shared by every test of the run, one per
-    ``(num_processes, local_devices)``; the least recently used ends when a fourth is needed."""
+    ``(num_processes, local_devices)``; the least recently used ends when a sixth is needed."""
 
-    KEEP = 3
+    KEEP = 5
 
     def __init__(self):
         self._alive = {}
