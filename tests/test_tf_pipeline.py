@@ -279,3 +279,32 @@ def test_sharded_by_elements_a_checkpointed_state_continues_under_another_plan()
     same = loader(32)  # the same plan: the checkpoint of the pipeline started at row 32
     same.set_state(again)
     assert [np.asarray(b["id"])[0] for b in same] == list(range(64, 256, 32))
+
+
+def test_a_pipeline_with_external_state_is_found_in_its_graph_in_a_long_lived_process(tmp_path):
+    # TensorFlow's own check (serializing with ExternalStatePolicy.FAIL) was seen to pass for a
+    # from_generator pipeline in a process that had serialized one with IGNORE before: the
+    # graph's ops decide as well
+    generator = lambda: tf.data.Dataset.from_generator(  # noqa: E731
+        lambda: iter(range(8)), output_signature=tf.TensorSpec((), tf.int64))
+    assert DatasetGraph.of(generator()).external_state == "PyFunc is stateful."
+    options = tf.data.Options()
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    assert DatasetGraph.of(generator().with_options(options)).external_state is None
+    assert DatasetGraph.of(generator()).external_state == "PyFunc is stateful."
+
+
+def test_a_save_tf_data_refuses_after_all_turns_positions_into_counts(monkeypatch):
+    from jaxload._src import compat
+    from jaxload._src.pipelines import tf_iterator
+
+    def refuse(iterator, *, ignore_external_state):
+        raise tf.errors.FailedPreconditionError(None, None, "SomeOp is stateful.")
+
+    monkeypatch.setattr(compat, "tf_save_iterator", refuse)
+    monkeypatch.setattr(tf_iterator, "_REFUSED", set())
+    group = share(tf.data.Dataset.range(64), plan(processes=1, devices=8, index=0))
+    with pytest.warns(UserWarning, match=r"cannot save .*SomeOp is stateful.*re-reads"):
+        positions = [position for _, position in group.batches(None)]
+    assert positions == [1, 2, 3, 4]
+    assert [b.tolist()[0] for b, _ in group.batches(positions[1])] == [32, 48]

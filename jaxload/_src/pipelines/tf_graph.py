@@ -87,8 +87,12 @@ class DatasetGraph:
         ignores = (options.experimental_external_state_policy
                    == tf.data.experimental.ExternalStatePolicy.IGNORE)
         nodes = tuple(_nodes(graph))
-        if external and not ignores and not ({op for op, _, _ in nodes} & _EXTERNAL) and (
-                external.split(" ")[0] in _RANDOM_VALUES | _SEED_STATE):
+        named = sorted({op for op, _, _ in nodes} & _EXTERNAL)
+        if ignores:
+            external = None
+        elif named:  # also where TensorFlow's own check passes (it can, in a long-lived process)
+            external = external or f"{named[0]} is stateful."
+        elif external and external.split(" ")[0] in _RANDOM_VALUES | _SEED_STATE:
             external, ignores = None, True
         return cls(nodes, options.deterministic, external, ignores)
 

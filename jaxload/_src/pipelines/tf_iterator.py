@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,11 +33,12 @@ from jaxload._src import compat
 from jaxload._src.trees import HostBatch
 
 _SMALL = 128 * 1024
+_REFUSED: set[str] = set()  # a refused save is told once per process
 _RATIO = 20
 
 
 def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_external_state: bool
-                 ) -> Iterator[tuple[HostBatch, dict[str, Any]]]:
+                 ) -> Iterator[tuple[HostBatch, dict[str, Any] | int]]:
     """``pipeline``'s batches as numpy, each with the position after it, from ``position``
     (None: the start)."""
     import tensorflow as tf
@@ -52,7 +54,7 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
             return
     handed = (position or {}).get("batches", 0)
     reading = cost = 0.0
-    size = 0
+    size, saving = 0, True
     while True:
         started = time.perf_counter()
         element = next(iterator, None)
@@ -60,12 +62,32 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
             return
         reading += time.perf_counter() - started
         handed += 1
-        if saved is None or size < _SMALL or reading >= _RATIO * cost:
+        if saving and (saved is None or size < _SMALL or reading >= _RATIO * cost):
             started = time.perf_counter()
-            state = compat.tf_save_iterator(iterator, ignore_external_state=ignore_external_state)
-            saved = {"batches": handed, "state": base64.b64encode(state).decode("ascii")}
-            cost, reading, size = time.perf_counter() - started, 0.0, len(state)
-        yield tf.nest.map_structure(np.asarray, element), {"batches": handed, "saved": saved}
+            state = _save(iterator, ignore_external_state)
+            saving = state is not None
+            if state is not None:
+                saved = {"batches": handed, "state": base64.b64encode(state).decode("ascii")}
+                cost, reading, size = time.perf_counter() - started, 0.0, len(state)
+        batch = tf.nest.map_structure(np.asarray, element)
+        yield batch, ({"batches": handed, "saved": saved} if saving else handed)
+
+
+def _save(iterator: Any, ignore_external_state: bool) -> bytes | None:
+    """The iterator's checkpoint; None (told once) where tf.data refuses to save it after all
+    (an op with state outside the pipeline that the graph did not show): positions are then
+    counts of batches, resumed by skipping."""
+    import tensorflow as tf
+
+    try:
+        return compat.tf_save_iterator(iterator, ignore_external_state=ignore_external_state)
+    except tf.errors.FailedPreconditionError as e:
+        message = (f"tf.data cannot save this pipeline's iterator ({str(e.message)[:200]}), so a "
+                   "resume re-reads every batch before its position")
+        if message not in _REFUSED:
+            _REFUSED.add(message)
+            warnings.warn(message, UserWarning, stacklevel=2)
+        return None
 
 
 def restore(iterator: Any, state: str) -> None:
