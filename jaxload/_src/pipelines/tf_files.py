@@ -34,7 +34,15 @@ _WARNED: set[str] = set()  # a fallback is told once per process
 
 class ShardingWarning(UserWarning):
     """``shard="auto"`` shards a pipeline that reads files by elements: every process reads
-    every record (see :func:`jaxload.from_tf_data`)."""
+    every record (see :func:`jaxload.from_tf_data`). Told once per process, naming the cause.
+
+    Example:
+      Where reading everything is meant, say so with ``shard="elements"``, or filter it:
+
+      >>> import warnings
+      >>> with warnings.catch_warnings():
+      ...     warnings.simplefilter("ignore", jaxload.ShardingWarning)
+    """
 
 
 @dataclasses.dataclass(frozen=True)
