@@ -22,9 +22,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[all,dev,docs]'
 	touch $(STAMP)
 
-# the test suite, then the docstrings' examples
+# the test suite, then the docstrings' examples. Two pytest-xdist workers: one runs every test on
+# the warm clusters (tests/conftest.py groups them), the other the tests with processes of their
+# own, which mostly wait
 test: install
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n 2 --dist loadgroup tests
 	$(PY) -m pytest -q --doctest-modules jaxload
 
 # the tests that start no processes (unit tests, simulated topologies and stores): under a minute

@@ -41,6 +41,16 @@ def pytest_runtest_teardown(item):
     subprocess.Popen = _POPEN
 
 
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) every test on
+    the warm clusters goes to one worker, which starts each cluster once; the tests with
+    processes of their own, which mostly wait (for a watchdog, a heartbeat, a launcher), run
+    beside them on the other."""
+    for item in items:
+        if "clusters" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("warm"))
+
+
 class WarmClusters:
     """Warm clusters (``jaxload.testing.cluster``) shared by every test of the run, one per
     ``(num_processes, local_devices)``; the least recently used ends when a sixth is needed."""
