@@ -9,7 +9,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import jaxload.testing
 from placement import global_rows, make_layout, make_loader, record
 
 # (backend, layout, elements per loading group, global_batch_size, remainder)
@@ -45,17 +44,15 @@ def run_scenarios(scenarios):
     return out
 
 
-# Processes of its own: on a warm cluster that had run other files' tf.data pipelines, a
-# from_generator pipeline here was taken for saveable and failed at step 0 ("PyFunc is stateful").
 @pytest.fixture(scope="module")
-def runs():
+def runs(clusters):
     cache = {}
 
     def get(topology):
         if topology not in cache:
-            per_process = jaxload.testing.run(run_scenarios, num_processes=topology[0],
-                                              local_devices=topology[1],
-                                              args=(SCENARIOS[topology],), timeout_s=240)
+            per_process = clusters.run(run_scenarios, num_processes=topology[0],
+                                       local_devices=topology[1],
+                                       args=(SCENARIOS[topology],), timeout_s=240)
             cache[topology] = [[{"steps": r[i]} for r in per_process]
                                for i in range(len(SCENARIOS[topology]))]
         return cache[topology]
