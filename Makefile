@@ -51,7 +51,7 @@ bench: install
 	$(PY) benchmarks/watchdog_cost.py
 	$(PY) benchmarks/head_start.py
 	$(PY) benchmarks/schedule_cost.py
-	$(PY) benchmarks/tf_resume.py
+	$(PY) benchmarks/tf_files.py
 
 lint: install
 	$(PY) -m ruff check jaxload tests examples

@@ -9,10 +9,11 @@ restores the checkpoint and reads the ``n - m`` batches after it again.
 
 A checkpoint is taken after every batch while it is small (under ``_SMALL`` bytes: positions,
 small buffers; it then costs well under a millisecond), so that a resume reads nothing again. A
-pipeline whose checkpoint is large (a big shuffle buffer) is saved whenever the time spent
-reading since the last save reaches ``_RATIO`` times what that save cost: saving then costs at
-most ``1/_RATIO`` of the reading, and a resume re-reads at most about ``_RATIO`` saves' worth of
-time, however far into the pass it is. The checkpoint belongs to the thread that reads (the
+pipeline whose checkpoint is large (a big shuffle buffer, the decoded elements a parallel
+``map`` holds) is saved whenever the time since the last save reaches ``_RATIO`` times what
+that save cost: saving then takes at most ``1/_RATIO`` of the reading thread's time (of which a
+loop slower than its input leaves plenty), and a resume re-reads at most about ``_RATIO`` saves'
+worth of time, however far into the pass it is. The checkpoint belongs to the thread that reads (the
 read-ahead's), so it is the iterator's state right after the batch, never ahead of it.
 
 A pipeline whose iterator tf.data cannot save (its position is a count of batches, ``int``) is
@@ -53,22 +54,21 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
         if next(iterator, None) is None:
             return
     handed = (position or {}).get("batches", 0)
-    reading = cost = 0.0
+    cost, since = 0.0, time.perf_counter()
     size, saving = 0, True
     while True:
-        started = time.perf_counter()
         element = next(iterator, None)
         if element is None:
             return
-        reading += time.perf_counter() - started
         handed += 1
-        if saving and (saved is None or size < _SMALL or reading >= _RATIO * cost):
-            started = time.perf_counter()
+        started = time.perf_counter()
+        if saving and (saved is None or size < _SMALL or started - since >= _RATIO * cost):
             state = _save(iterator, ignore_external_state)
             saving = state is not None
             if state is not None:
                 saved = {"batches": handed, "state": base64.b64encode(state).decode("ascii")}
-                cost, reading, size = time.perf_counter() - started, 0.0, len(state)
+                since = time.perf_counter()
+                cost, size = since - started, len(state)
         batch = tf.nest.map_structure(np.asarray, element)
         yield batch, ({"batches": handed, "saved": saved} if saving else handed)
 

@@ -74,7 +74,9 @@ class TfDataset:
             consumed = batches_of(position)
             count = self._save is None or isinstance(position, int) and consumed > 0
             pipeline = self._batched_group(group, consumed if count else 0)
-            pipeline = pipeline.prefetch(tf.data.AUTOTUNE).with_options(options)
+            if self._symbolic or count:  # a checkpoint with buffers would hold its batches
+                pipeline = pipeline.prefetch(tf.data.AUTOTUNE)
+            pipeline = pipeline.with_options(options)
             length = _length(pipeline)
             if count:
                 return Batches(zip(pipeline.as_numpy_iterator(), itertools.count(consumed + 1)),

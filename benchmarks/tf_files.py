@@ -1,0 +1,310 @@
+"""tf.data that reads files: what each process parses, the time of a pass against the hand
+recipe, and the first batch after a resume at 10%, 50% and 90% of an epoch.
+
+The pipeline is the usual one, with a real cost per record: ``list_files`` (32 TFRecord files of
+128 records, each a JPEG-encoded 96x96 image and an id) -> ``interleave(TFRecordDataset,
+num_parallel_calls=AUTOTUNE)`` -> ``map(parse_single_example, decode_jpeg, resize to 64x64,
+normalize; AUTOTUNE)`` (about 0.5 ms per record on one core here), global batch 128, data
+parallel, at 1 process x 8 CPU devices, 2 x 4 and 4 x 2 (K = 1, 2, 4 loading groups).
+
+A pass (32 steps), timed from building the pipeline to the last batch ready, median over
+interleaved rounds, slowest process:
+
+- **recipe**: what a user writes by hand, ``list_files(shuffle=False).shard(K, k)`` before the
+  interleave, ``batch(local, drop_remainder=True).prefetch(AUTOTUNE)``, then
+  ``jax.make_array_from_process_local_data`` per feature (with one process also
+  ``jax.device_put`` of the whole batch, the faster of the two there);
+- **jaxload**: ``from_tf_data(ds, layout, global_batch_size=128)`` on the pipeline as written
+  (``shard="auto"``: by files);
+- **jaxload elements**: the same with ``shard="elements"`` (every process parses every record
+  and keeps 1/K: what jaxload did for every pipeline before it sharded by files).
+
+Records parsed per process are counted in a separate, untimed pass of each (a ``py_function``
+counter after the parse). The resume part takes a state at each position and times a fresh
+loader restored from it (``set_state(head_start=False)``) from its first ``next()`` to the
+batch: *checkpointed* (tf.data's iterator checkpoint, jaxload's default) against *skipped* (the
+same pipeline with a ``py_function`` tf.data cannot save, which falls back to skipping every
+batch before the position). The state's bytes per process (``len(json.dumps(state))``) are
+given for this pipeline and for one with a 10 000-element ``shuffle`` buffer of the records.
+
+Writes (or replaces) its section of benchmarks/results.md.
+Run: .venv/bin/python benchmarks/tf_files.py [--quick] [--topologies 1x8,2x4,4x2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from sections import write_section
+
+import jaxload
+import jaxload.testing
+
+SECTION = "<!-- tf_files.py -->"
+FILES, RECORDS, GLOBAL_BATCH, SIDE = 32, 128, 128, 64
+POSITIONS = (0.1, 0.5, 0.9)
+READS = ("interleave", "parallel interleave")
+WAYS = (("interleave, checkpointed", "interleave", False),
+        ("parallel interleave, checkpointed", "parallel interleave", False),
+        ("interleave, skipped", "interleave", True))
+METHODS = ("recipe", "recipe device_put", "jaxload", "jaxload elements")
+STEPS = FILES * RECORDS // GLOBAL_BATCH
+
+
+def write_files(directory: str) -> str:
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:96, 0:96]
+    for f in range(FILES):
+        with tf.io.TFRecordWriter(f"{directory}/part-{f:03d}.tfrecord") as writer:
+            for r in range(RECORDS):
+                i = f * RECORDS + r
+                image = np.stack([(x + i) % 256, (2 * y + i) % 256, (x + y + 3 * i) % 256], -1)
+                image = np.clip(image + rng.integers(0, 32, image.shape), 0, 255).astype(np.uint8)
+                features = {
+                    "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(
+                        value=[tf.io.encode_jpeg(image, quality=90).numpy()]))}
+                writer.write(tf.train.Example(features=tf.train.Features(
+                    feature=features)).SerializeToString())
+    return f"{directory}/*.tfrecord"
+
+
+PARSED = [0]  # records parsed by this process, in a counting pass
+
+
+def _count(serialized):
+    PARSED[0] += 1
+    return serialized
+
+
+def pipeline(pattern: str, reads: str, *, shard: tuple[int, int] | None = None,
+             count: bool = False, unsaveable: bool = False, shuffle: int = 0):
+    """The user's pipeline, reading the files with ``reads`` (one of ``READS``);
+    ``shard=(K, k)``: the recipe's ``shard`` of the file names."""
+    import tensorflow as tf
+
+    def parse(serialized):
+        e = tf.io.parse_single_example(serialized, {
+            "id": tf.io.FixedLenFeature([], tf.int64),
+            "image": tf.io.FixedLenFeature([], tf.string)})
+        image = tf.image.resize(tf.image.decode_jpeg(e["image"], channels=3), [SIDE, SIDE],
+                                antialias=True)
+        return {"id": e["id"], "image": image / 127.5 - 1.0}
+
+    def counted(serialized):
+        return tf.ensure_shape(tf.py_function(_count, [serialized], tf.string), [])
+
+    files = tf.data.Dataset.list_files(pattern, shuffle=False)
+    if shard:
+        files = files.shard(*shard)
+    ds = files.interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=(
+        tf.data.AUTOTUNE if reads == "parallel interleave" else None))
+    if shuffle:
+        ds = ds.repeat().shuffle(shuffle, seed=1)
+    if count or unsaveable:
+        ds = ds.map(counted)
+    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _batches(method: str, reads: str, pattern: str, layout, plan, count: bool = False):
+    """An iterable of global batches, the way ``method`` makes them."""
+    import jax
+    import tensorflow as tf
+
+    if method.startswith("jaxload"):
+        shard = "elements" if method.endswith("elements") else "auto"
+        return jaxload.from_tf_data(pipeline(pattern, reads, count=count), layout, shard=shard,
+                                    global_batch_size=GLOBAL_BATCH)
+    ds = pipeline(pattern, reads, shard=(plan.shard_count, plan.shard_index), count=count)
+    local = ds.batch(plan.local_batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    if method.endswith("device_put"):
+        return (jax.device_put(b, layout.sharding) for b in local.as_numpy_iterator())
+    return ({k: jax.make_array_from_process_local_data(
+        layout.sharding, v, (GLOBAL_BATCH,) + v.shape[1:]) for k, v in b.items()}
+        for b in local.as_numpy_iterator())
+
+
+def _pass(method: str, reads: str, pattern: str, layout, plan, count: bool = False) -> float:
+    """Seconds of a whole pass, from building the pipeline to the last batch ready."""
+    import jax
+
+    started = time.perf_counter()
+    batches, steps = _batches(method, reads, pattern, layout, plan, count), 0
+    for batch in batches:
+        jax.block_until_ready(batch)
+        steps += 1
+    elapsed = time.perf_counter() - started
+    if hasattr(batches, "close"):
+        batches.close()
+    assert steps == STEPS, (method, steps)
+    return elapsed
+
+
+def _methods() -> tuple[str, ...]:
+    import jax
+
+    return METHODS if jax.process_count() == 1 else tuple(
+        m for m in METHODS if not m.endswith("device_put"))
+
+
+def passes(pattern: str, rounds: int) -> dict:
+    """Worker side: per (reads, method), the seconds of each round's pass and the records
+    parsed."""
+    layout = jaxload.data_parallel()
+    plan = layout.plan(GLOBAL_BATCH)
+    warnings.simplefilter("ignore")
+    out: dict = {"parsed": {}, "time": {}}
+    for reads in READS:
+        for method in _methods():
+            PARSED[0] = 0
+            _pass(method, reads, pattern, layout, plan, count=True)  # also compiles the puts
+            out["parsed"][reads, method] = PARSED[0]
+        for r in range(rounds):  # interleaved, in alternating order
+            for method in _methods() if r % 2 == 0 else reversed(_methods()):
+                out["time"].setdefault((reads, method), []).append(
+                    _pass(method, reads, pattern, layout, plan))
+    return out
+
+
+def _first_batches(make, rounds: int) -> dict:
+    """A state at each position of a pass, and per position the seconds from a fresh loader's
+    first ``next()`` after ``set_state`` to its batch; ``"bytes"``: the state's at 50%."""
+    taken, states, out = make(), {}, {}
+    batches = iter(taken)
+    for step in range(1, STEPS):
+        next(batches)
+        for p in POSITIONS:
+            if step == round(p * STEPS):
+                states[p] = taken.get_state()
+    batches.close()
+    for p, state in states.items():
+        for _ in range(rounds):
+            loader = make()
+            loader.set_state(state, head_start=False)
+            started = time.perf_counter()
+            next(iter(loader))["image"].block_until_ready()
+            out.setdefault(p, []).append(time.perf_counter() - started)
+            loader.close()
+    out["bytes"] = len(json.dumps(states[0.5]))
+    return out
+
+
+def resume_times(pattern: str, rounds: int) -> dict:
+    """Worker side: per way, the seconds to the first batch after set_state at each position;
+    the state's bytes."""
+    layout, out = jaxload.data_parallel(), {}
+    warnings.simplefilter("ignore")
+    for way, reads, unsaveable in WAYS:
+        out[way] = _first_batches(functools.partial(
+            lambda r, u: jaxload.from_tf_data(pipeline(pattern, r, unsaveable=u), layout,
+                                              global_batch_size=GLOBAL_BATCH), reads, unsaveable),
+            rounds)
+    shuffled = jaxload.from_tf_data(pipeline(pattern, READS[0], shuffle=10_000), layout,
+                                    global_batch_size=GLOBAL_BATCH)
+    batches = iter(shuffled)
+    for _ in range(STEPS // 2):
+        next(batches)
+    out["shuffle"] = {"bytes": len(json.dumps(shuffled.get_state()))}
+    batches.close()
+    return out
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f}"
+
+
+def _cell(values: list[float]) -> str:
+    return f"{_ms(statistics.median(values))} ({_ms(min(values))}-{_ms(max(values))})"
+
+
+def _slowest(series: list[list[float]]) -> list[float]:
+    """Per round, the slowest process's time: the time the job sees."""
+    return [max(values) for values in zip(*series, strict=True)]
+
+
+def pass_rows(topology: str, results: list[dict]) -> list[str]:
+    lines = []
+    for reads in READS:
+        keys = [key for key in results[0]["time"] if key[0] == reads]
+        times = {m: _slowest([r["time"][reads, m] for r in results]) for _, m in keys}
+        medians = {m: statistics.median(v) for m, v in times.items()}
+        best = min((m for m in medians if m.startswith("recipe")), key=medians.get)
+        lines += [f"| {topology} | {reads} | {m} | {_cell(times[m])} | "
+                  + (f"{medians[m] / medians[best]:.2f}" if m.startswith("jaxload") else "")
+                  + f" | {max(r['parsed'][reads, m] for r in results):,} |" for m in times]
+    return lines
+
+
+def resume_rows(topology: str, results: list[dict]) -> list[str]:
+    lines = []
+    for way, _, _ in WAYS:
+        cells = [_slowest([r[way][p] for r in results]) for p in POSITIONS]
+        lines.append(f"| {topology} | {way} | " + " | ".join(_cell(c) for c in cells)
+                     + f" | {statistics.median(cells[-1]) / statistics.median(cells[0]):.2f} | "
+                     f"{max(r[way]['bytes'] for r in results):,} |")
+    lines.append(f"| {topology} | interleave, shuffle(10 000) | | | | | "
+                 f"{max(r['shuffle']['bytes'] for r in results):,} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--topologies", default="1x8,2x4,4x2")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results.md"))
+    args = parser.parse_args()
+    rounds = 3 if args.quick else 5
+    started = time.perf_counter()
+    pass_lines = ["| topology | reads | method | pass (ms) | / best recipe | records parsed per "
+                  "process |", "|---|---|---|---|---|---|"]
+    resume_lines = ["| topology | pipeline, resumed | " + " | ".join(
+        f"at {p:.0%} (ms)" for p in POSITIONS) + " | 90% / 10% | state bytes per process |",
+        "|---|---|" + "---|" * len(POSITIONS) + "---|---|"]
+    with tempfile.TemporaryDirectory() as directory:
+        pattern = write_files(directory)
+        for topology in args.topologies.split(","):
+            processes, devices = map(int, topology.split("x"))
+            kwargs = dict(num_processes=processes, local_devices=devices,
+                          args=(pattern, rounds), timeout_s=900)
+            pass_lines += pass_rows(topology, jaxload.testing.run(passes, **kwargs))
+            resume_lines += resume_rows(topology, jaxload.testing.run(resume_times, **kwargs))
+    lines = [SECTION, "", "## tf.data that reads files: what each process parses, a pass, and "
+             "the first batch after a resume", "",
+             f"{FILES} TFRecord files x {RECORDS} records (a JPEG-encoded 96x96 image and an id), "
+             "list_files -> interleave(TFRecordDataset, cycle_length=4) (*interleave*: "
+             "sequential; *parallel interleave*: `num_parallel_calls=AUTOTUNE`) -> "
+             f"map(parse, decode_jpeg, resize to {SIDE}x{SIDE}, normalize; AUTOTUNE) (about "
+             f"0.5 ms per record), global batch {GLOBAL_BATCH}, data parallel (K = the number "
+             f"of processes). A pass of {STEPS} steps from building the pipeline to the last "
+             f"batch ready, median of {rounds} interleaved rounds (min-max), slowest process; "
+             "records parsed per process counted in a separate pass. *recipe*: "
+             "`list_files(shuffle=False).shard(K, k)`, batch, prefetch, "
+             "`make_array_from_process_local_data` per feature (*device_put*: of the whole "
+             "batch, one process only); *jaxload*: `from_tf_data` on the pipeline as written "
+             "(sharded by files); *jaxload elements*: `shard=\"elements\"`.", "", *pass_lines, "",
+             "A fresh loader restored at a position of the epoch: time from its first `next()` "
+             f"to the batch, median of {rounds} rounds (min-max), slowest process. "
+             "*checkpointed*: tf.data's iterator checkpoint restored (the default), symbolic "
+             "for the sequential interleave, with the buffers for the parallel one (whose "
+             "symbolic restore hangs in TensorFlow 2.21); *skipped*: the same pipeline with a "
+             "`py_function` tf.data cannot save, which skips the batches before the position. "
+             "State bytes: `len(json.dumps(state))` at 50%; *shuffle(10 000)*: the records "
+             "repeated and shuffled with a 10 000-element buffer before the parse.", "",
+             *resume_lines, "", f"({time.perf_counter() - started:.0f} s in all.)"]
+    text = "\n".join(lines) + "\n"
+    write_section(Path(args.out), SECTION, text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
