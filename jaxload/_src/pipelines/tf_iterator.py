@@ -11,9 +11,9 @@ A checkpoint is taken after every batch while it is small (under ``_SMALL`` byte
 small buffers; it then costs well under a millisecond), so that a resume reads nothing again. A
 pipeline whose checkpoint is large (a big shuffle buffer, the decoded elements a parallel
 ``map`` holds) is saved whenever the time since the last save reaches ``_RATIO`` times what
-that save cost: saving then takes at most ``1/_RATIO`` of the reading thread's time (of which a
-loop slower than its input leaves plenty), and a resume re-reads at most about ``_RATIO`` saves'
-worth of time, however far into the pass it is. The checkpoint belongs to the thread that reads (the
+that save cost (the loop's steps count too): saving then takes at most ``1/_RATIO`` of the
+reading thread's time, and a resume re-reads at most about ``_RATIO`` saves' worth of time,
+however far into the pass it is. The checkpoint belongs to the thread that reads (the
 read-ahead's), so it is the iterator's state right after the batch, never ahead of it.
 
 A pipeline whose iterator tf.data cannot save (its position is a count of batches, ``int``) is
