@@ -16,6 +16,9 @@ interleaved rounds, slowest process:
   ``jax.device_put`` of the whole batch, the faster of the two there);
 - **jaxload**: ``from_tf_data(ds, layout, global_batch_size=128)`` on the pipeline as written
   (``shard="auto"``: by files);
+- **jaxload buffers**: the same with ``options.experimental_symbolic_checkpoint = False``
+  (tf.data's checkpoints then hold the buffers; a symbolic one costs tf.data time per element,
+  most with a parallel interleave);
 - **jaxload elements**: the same with ``shard="elements"`` (every process parses every record
   and keeps 1/K: what jaxload did for every pipeline before it sharded by files).
 
@@ -24,7 +27,8 @@ counter after the parse). The resume part takes a state at each position and tim
 loader restored from it (``set_state(head_start=False)``) from its first ``next()`` to the
 batch: *checkpointed* (tf.data's iterator checkpoint, jaxload's default) against *skipped* (the
 same pipeline with a ``py_function`` tf.data cannot save, which falls back to skipping every
-batch before the position). The state's bytes per process (``len(json.dumps(state))``) are
+batch before the position), and *buffers* (``experimental_symbolic_checkpoint = False``).
+The state's bytes per process (``len(json.dumps(state))``) are
 given for this pipeline and for one with a 10 000-element ``shuffle`` buffer of the records.
 
 Writes (or replaces) its section of benchmarks/results.md.
@@ -53,8 +57,9 @@ POSITIONS = (0.1, 0.5, 0.9)
 READS = ("interleave", "parallel interleave")
 WAYS = (("interleave, checkpointed", "interleave", False),
         ("parallel interleave, checkpointed", "parallel interleave", False),
+        ("parallel interleave, buffers", "parallel interleave", "buffers"),
         ("interleave, skipped", "interleave", True))
-METHODS = ("recipe", "recipe device_put", "jaxload", "jaxload elements")
+METHODS = ("recipe", "recipe device_put", "jaxload", "jaxload buffers", "jaxload elements")
 STEPS = FILES * RECORDS // GLOBAL_BATCH
 
 
@@ -88,9 +93,11 @@ def _count(serialized):
 
 
 def pipeline(pattern: str, reads: str, *, shard: tuple[int, int] | None = None,
-             count: bool = False, unsaveable: bool = False, shuffle: int = 0):
+             count: bool = False, unsaveable: bool | str = False, shuffle: int = 0):
     """The user's pipeline, reading the files with ``reads`` (one of ``READS``);
-    ``shard=(K, k)``: the recipe's ``shard`` of the file names."""
+    ``shard=(K, k)``: the recipe's ``shard`` of the file names; ``unsaveable="buffers"``:
+    checkpointed with its buffers (``experimental_symbolic_checkpoint = False``), True: not
+    at all (a ``py_function``)."""
     import tensorflow as tf
 
     def parse(serialized):
@@ -111,9 +118,14 @@ def pipeline(pattern: str, reads: str, *, shard: tuple[int, int] | None = None,
         tf.data.AUTOTUNE if reads == "parallel interleave" else None))
     if shuffle:
         ds = ds.repeat().shuffle(shuffle, seed=1)
-    if count or unsaveable:
+    if count or unsaveable is True:
         ds = ds.map(counted)
-    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    if unsaveable == "buffers":
+        options = tf.data.Options()
+        options.experimental_symbolic_checkpoint = False
+        ds = ds.with_options(options)
+    return ds
 
 
 def _batches(method: str, reads: str, pattern: str, layout, plan, count: bool = False):
@@ -123,8 +135,9 @@ def _batches(method: str, reads: str, pattern: str, layout, plan, count: bool = 
 
     if method.startswith("jaxload"):
         shard = "elements" if method.endswith("elements") else "auto"
-        return jaxload.from_tf_data(pipeline(pattern, reads, count=count), layout, shard=shard,
-                                    global_batch_size=GLOBAL_BATCH)
+        ds = pipeline(pattern, reads, count=count,
+                      unsaveable="buffers" if method.endswith("buffers") else False)
+        return jaxload.from_tf_data(ds, layout, shard=shard, global_batch_size=GLOBAL_BATCH)
     ds = pipeline(pattern, reads, shard=(plan.shard_count, plan.shard_index), count=count)
     local = ds.batch(plan.local_batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
     if method.endswith("device_put"):
@@ -134,24 +147,26 @@ def _batches(method: str, reads: str, pattern: str, layout, plan, count: bool = 
         for b in local.as_numpy_iterator())
 
 
-def _pass(method: str, reads: str, pattern: str, layout, plan, count: bool = False) -> float:
-    """Seconds of a whole pass, from building the pipeline to the last batch ready; every
-    process starts it together (else jaxload's first agreement would count the time another
-    process still spent on the previous pass)."""
+def _pass(method: str, reads: str, pattern: str, layout, plan, count: bool = False
+          ) -> tuple[float, float]:
+    """Seconds of a whole pass, from building the pipeline to the last batch ready, and of its
+    part after the first batch; every process starts it together (else jaxload's first
+    agreement would count the time another process still spent on the previous pass)."""
     import jax
     from jax.experimental import multihost_utils
 
     multihost_utils.sync_global_devices(f"tf_files {method} {reads}")
     started = time.perf_counter()
-    batches, steps = _batches(method, reads, pattern, layout, plan, count), 0
+    batches, steps, first = _batches(method, reads, pattern, layout, plan, count), 0, 0.0
     for batch in batches:
         jax.block_until_ready(batch)
         steps += 1
-    elapsed = time.perf_counter() - started
+        first = first or time.perf_counter()
+    ended = time.perf_counter()
     if hasattr(batches, "close"):
         batches.close()
     assert steps == STEPS, (method, steps)
-    return elapsed
+    return ended - started, ended - first
 
 
 def _methods() -> tuple[str, ...]:
@@ -167,7 +182,7 @@ def passes(pattern: str, rounds: int) -> dict:
     layout = jaxload.data_parallel()
     plan = layout.plan(GLOBAL_BATCH)
     warnings.simplefilter("ignore")
-    out: dict = {"parsed": {}, "time": {}}
+    out: dict = {"parsed": {}, "time": {}, "after first": {}}
     for reads in READS:
         for method in _methods():
             PARSED[0] = 0
@@ -175,8 +190,9 @@ def passes(pattern: str, rounds: int) -> dict:
             out["parsed"][reads, method] = PARSED[0]
         for r in range(rounds):  # interleaved, in alternating order
             for method in _methods() if r % 2 == 0 else reversed(_methods()):
-                out["time"].setdefault((reads, method), []).append(
-                    _pass(method, reads, pattern, layout, plan))
+                whole, after_first = _pass(method, reads, pattern, layout, plan)
+                out["time"].setdefault((reads, method), []).append(whole)
+                out["after first"].setdefault((reads, method), []).append(after_first)
     return out
 
 
@@ -241,12 +257,15 @@ def pass_rows(topology: str, results: list[dict]) -> list[str]:
     for reads in READS:
         keys = [key for key in results[0]["time"] if key[0] == reads]
         times = {m: _slowest([r["time"][reads, m] for r in results]) for _, m in keys}
+        after = {m: _slowest([r["after first"][reads, m] for r in results]) for _, m in keys}
         medians = {m: statistics.median(v) for m, v in times.items()}
         best = min((m for m in medians if m.startswith("recipe")), key=medians.get)
         fastest = min(min(times[m]) for m in times if m.startswith("recipe"))
+        steady = min(statistics.median(after[m]) for m in after if m.startswith("recipe"))
         lines += [f"| {topology} | {reads} | {m} | {_cell(times[m])} | "
-                  + (f"{medians[m] / medians[best]:.2f} | {min(times[m]) / fastest:.2f}"
-                     if m.startswith("jaxload") else " | ")
+                  + (f"{medians[m] / medians[best]:.2f} | {min(times[m]) / fastest:.2f} | "
+                     f"{statistics.median(after[m]) / steady:.2f}"
+                     if m.startswith("jaxload") else " | | ")
                   + f" | {max(r['parsed'][reads, m] for r in results):,} |" for m in times]
     return lines
 
@@ -272,8 +291,8 @@ def main() -> None:
     rounds = 3 if args.quick else 9
     started = time.perf_counter()
     pass_lines = ["| topology | reads | method | pass (ms) | / best recipe (medians) | / best "
-                  "recipe (fastest rounds) | records parsed per process |",
-                  "|---|---|---|---|---|---|---|"]
+                  "recipe (fastest rounds) | / best recipe after the first batch (medians) | "
+                  "records parsed per process |", "|---|---|---|---|---|---|---|---|"]
     resume_lines = ["| topology | pipeline, resumed | " + " | ".join(
         f"at {p:.0%} (ms)" for p in POSITIONS) + " | 90% / 10% | state bytes per process |",
         "|---|---|" + "---|" * len(POSITIONS) + "---|---|"]
@@ -296,17 +315,23 @@ def main() -> None:
              f"batch ready, median of {rounds} interleaved rounds (min-max), slowest process; "
              "the ratios: jaxload's median over the fastest recipe's, and jaxload's fastest round "
              "over the recipes' fastest (this machine's noise only ever adds time, and here it "
-             "came in steps of about 0.3 s); records parsed per process counted in a separate "
-             "pass. *recipe*: "
+             "came in steps of about 0.3 s), and the same for the pass after its first batch "
+             "(what a long pass converges to: the first batch carries the start, jaxload's "
+             "first agreement round and its check of the first step); records parsed per "
+             "process counted in a separate pass. *recipe*: "
              "`list_files(shuffle=False).shard(K, k)`, batch, prefetch, "
              "`make_array_from_process_local_data` per feature (*device_put*: of the whole "
              "batch, one process only); *jaxload*: `from_tf_data` on the pipeline as written "
-             "(sharded by files); *jaxload elements*: `shard=\"elements\"`.", "", *pass_lines, "",
+             "(sharded by files; its checkpoint symbolic); *jaxload buffers*: the same with "
+             "`options.experimental_symbolic_checkpoint = False` (checkpoints with the "
+             "buffers); *jaxload elements*: `shard=\"elements\"`.", "", *pass_lines, "",
              "A fresh loader restored at a position of the epoch: time from its first `next()` "
              f"to the batch, median of {rounds} rounds (min-max), slowest process. "
-             "*checkpointed*: tf.data's iterator checkpoint restored (the default), symbolic "
-             "for the sequential interleave, with the buffers for the parallel one (whose "
-             "symbolic restore hangs in TensorFlow 2.21); *skipped*: the same pipeline with a "
+             "*checkpointed*: tf.data's iterator checkpoint restored (the default, symbolic: "
+             "the parallel interleave is run without inputs opened ahead of its cycle, whose "
+             "symbolic restore hangs in TensorFlow 2.21); *buffers*: with "
+             "`experimental_symbolic_checkpoint = False`, tf.data's checkpoint with its buffers, "
+             "saved every 20 save-costs of time; *skipped*: the same pipeline with a "
              "`py_function` tf.data cannot save, which skips the batches before the position. "
              "State bytes: `len(json.dumps(state))` at 50%; *shuffle(10 000)*: the records "
              "repeated and shuffled with a 10 000-element buffer before the parse.", "",

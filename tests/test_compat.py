@@ -13,7 +13,8 @@ def test_every_private_read_is_listed_and_has_a_test():
     tested = {name for name, _ in compat.PRIVATE}
     assert tested == {"distributed_client", "thread_mesh", "data_loader_source",
                       "data_loader_shard_options", "data_loader_operations", "drops_elements",
-                      "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state"}
+                      "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
+                      "tf_input_index"}
 
 
 def test_jax_private_attributes_exist():
@@ -96,3 +97,19 @@ def test_tensorflow_private_entry_points_exist_and_work(tmp_path):
     fresh = iter(tf.data.Dataset.range(10))
     compat.tf_restore_iterator(fresh, state)
     assert int(next(fresh)) == 1
+    # an op's input argument found among a node's inputs, list arguments counted
+    from tensorflow.python.framework import op_def_registry
+
+    assert op_def_registry.get("ParallelInterleaveDatasetV4") is not None
+    node = next(n for n in compat.tf_graph(tf.data.Dataset.range(2).interleave(
+        lambda x: tf.data.Dataset.range(x + 1), cycle_length=2, num_parallel_calls=2)).node
+        if n.op == "ParallelInterleaveDatasetV4")
+    assert compat.tf_input_index(node, "cycle_length") == 1  # no captured arguments
+    assert compat.tf_input_index(node, "prefetch_input_elements") == 4
+    with pytest.raises(ValueError, match="no input 'nothing'"):
+        compat.tf_input_index(node, "nothing")
+    captured = tf.constant(3, tf.int64)  # one captured argument before cycle_length
+    node = next(n for n in compat.tf_graph(tf.data.Dataset.range(2).interleave(
+        lambda x: tf.data.Dataset.range(x + captured), cycle_length=2,
+        num_parallel_calls=2)).node if n.op == "ParallelInterleaveDatasetV4")
+    assert compat.tf_input_index(node, "prefetch_input_elements") == 5

@@ -163,6 +163,13 @@ def parse_id(serialized):
     return tf.io.parse_single_example(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})
 
 
+def buffered(ds):
+    """``ds`` checkpointed with its buffers: the user's choice, kept by jaxload."""
+    options = tf.data.Options()
+    options.experimental_symbolic_checkpoint = False
+    return ds.with_options(options)
+
+
 PIPELINES = {
     # symbolic: positions only
     "range-map-batch": (lambda files: tf.data.Dataset.range(500).map(lambda x: {"id": x}), True),
@@ -173,9 +180,16 @@ PIPELINES = {
             lambda line: {"id": tf.strings.to_number(line, tf.int64)}), True),
     "filter-repeat-take": (lambda files: tf.data.Dataset.range(90).filter(
         lambda x: x % 3 > 0).repeat(3).take(150).map(lambda x: {"id": x}), True),
-    # with buffers
     "parallel-interleave": (lambda files: tf.data.Dataset.from_tensor_slices(files).interleave(
-        tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2).map(parse_id), False),
+        tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2).map(parse_id), True),
+    "parallel-interleave-in-flat-map": (lambda files: tf.data.Dataset.from_tensor_slices(
+        [files[:4], files[4:]]).flat_map(lambda names: tf.data.Dataset.from_tensor_slices(
+            names).interleave(tf.data.TFRecordDataset, cycle_length=3,
+                              num_parallel_calls=tf.data.AUTOTUNE)).map(parse_id), True),
+    # with buffers
+    "parallel-interleave-buffers": (lambda files: buffered(tf.data.Dataset.from_tensor_slices(
+        files).interleave(tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2).map(
+            parse_id)), False),
     "shuffle": (lambda files: tf.data.Dataset.range(500).shuffle(64, seed=2).map(
         lambda x: {"id": x}), False),
 }
@@ -192,7 +206,8 @@ def test_a_restored_iterator_continues_exactly(tmp_path, name, groups):
     assert DatasetGraph.of(make(files)).symbolic() is symbolic
     group_plan = plan(processes=groups, devices=8 // groups, index=groups - 1)
     whole = share(make(files), group_plan)
-    if groups > 1 and ("interleave" in name or "lines" in name):
+    if groups > 1 and name in ("files-interleave", "lines-skip", "parallel-interleave",
+                               "parallel-interleave-buffers"):
         assert whole.sharding == tf_files.Sharding("files", files=8)
     reference = [b["id"].tolist() for b, _ in whole.batches(None)]
     for stop in (1, 3, len(reference) - 1):
@@ -308,3 +323,33 @@ def test_a_save_tf_data_refuses_after_all_turns_positions_into_counts(monkeypatc
         positions = [position for _, position in group.batches(None)]
     assert positions == [1, 2, 3, 4]
     assert [b.tolist()[0] for b, _ in group.batches(positions[1])] == [32, 48]
+
+
+def test_a_parallel_interleave_in_order_is_built_without_input_prefetch():
+    from jaxload._src import compat
+    from jaxload._src.pipelines.tf_graph import without_input_prefetch
+
+    def interleave(**kwargs):
+        return tf.data.Dataset.from_tensor_slices(["a", "b"]).interleave(
+            tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2, **kwargs)
+
+    def input_prefetch(ds):
+        graph = compat.tf_graph(ds)
+        nodes = {n.name: n for n in graph.node}
+        node = next(n for n in graph.node if n.op == "ParallelInterleaveDatasetV4")
+        value = nodes[node.input[compat.tf_input_index(node, "prefetch_input_elements")]]
+        return tf.make_ndarray(value.attr["value"].tensor).item()
+
+    assert input_prefetch(interleave()) != 0  # TensorFlow prefetches 2 x cycle_length
+    assert input_prefetch(without_input_prefetch(interleave())) == 0
+    assert DatasetGraph.of(interleave()).symbolic()
+    assert not DatasetGraph.of(interleave(deterministic=False)).symbolic()
+    options = tf.data.Options()
+    options.deterministic = False
+    assert not DatasetGraph.of(interleave().with_options(options)).symbolic()
+    ranged = tf.data.Dataset.range(3)
+    assert without_input_prefetch(ranged) is ranged
+    options = tf.data.Options()
+    options.experimental_symbolic_checkpoint = False  # the user keeps the buffers
+    assert not DatasetGraph.of(interleave().with_options(options)).symbolic()
+    assert not DatasetGraph.of(ranged.with_options(options)).symbolic()

@@ -28,6 +28,7 @@ PRIVATE = (
     ("tf_iterator_state", "tf.data.Iterator._iterator_resource, "
                           "tensorflow.python.ops.gen_dataset_ops.serialize_iterator, "
                           "deserialize_iterator"),
+    ("tf_input_index", "tensorflow.python.framework.op_def_registry.get"),
 )
 
 
@@ -120,6 +121,25 @@ def tf_from_graph(graph: Any, element_spec: Any) -> Any:
 
     variant = gen_experimental_dataset_ops.dataset_from_graph(graph.SerializeToString())
     return dataset_ops._VariantDataset(variant, element_spec)
+
+
+def tf_input_index(node: Any, name: str) -> int:
+    """The position among ``node``'s inputs (a ``NodeDef`` of a tf.data graph) of its op's
+    input argument ``name``, list arguments counted by their length: from the op's ``OpDef``,
+    ``op_def_registry.get``."""
+    from tensorflow.python.framework import op_def_registry
+
+    index = 0
+    for arg in op_def_registry.get(node.op).input_arg:
+        if arg.name == name:
+            return index
+        if arg.type_list_attr:
+            index += len(node.attr[arg.type_list_attr].list.type)
+        elif arg.number_attr:
+            index += node.attr[arg.number_attr].i
+        else:
+            index += 1
+    raise ValueError(f"{node.op} has no input {name!r}")
 
 
 def tf_save_iterator(iterator: Any, *, ignore_external_state: bool) -> bytes:

@@ -126,9 +126,10 @@ def from_tf_data(
       (128,)
 
     Resuming: ``loader.get_state()`` holds tf.data's own checkpoint of this group's iterator
-    (symbolic, positions only, where every op supports it, saved after every batch; otherwise
-    with its buffers, e.g. a shuffle buffer or a parallel interleave's elements, saved every 20
-    times its saving cost), and ``set_state`` on the same plan restores it, reading nothing
+    (symbolic, positions only, where every op supports it, saved after every batch: a parallel
+    ``interleave`` keeping its order is then run without opening inputs ahead of its cycle;
+    otherwise with its buffers, e.g. a shuffle buffer, saved every 20 times its saving cost),
+    and ``set_state`` on the same plan restores it, reading nothing
     before the saved position. Sharded by elements, a state also continues on another topology
     at its global row (``ds.skip(rows).shard(K, k)``; see :mod:`jaxload._src.state`); sharded by
     files it continues on the same topology only, and ``set_state`` says so on every process.

@@ -42,14 +42,18 @@ _SEED_STATE = frozenset({"DummySeedGenerator", "AnonymousSeedGenerator", "SeedGe
 _EXTERNAL = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless", "VarHandleOp",
                        "ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp",
                        "HashTableV2", "MutableHashTableV2", "LookupTableFindV2"})
+# ops with state outside the pipeline that a pipeline rebuilt from its graph would not share
+_RESOURCES = _EXTERNAL - {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
 # ops whose iterators tf.data restores exactly from a symbolic checkpoint (positions, no
-# buffers), checked in tests/test_tf_pipeline.py and tests/test_tf_files.py; a parallel
-# interleave is not among them (its restored iterator never yields)
+# buffers), checked in tests/test_tf_pipeline.py and tests/test_tf_files.py
 SYMBOLIC = frozenset({
     "RangeDataset", "TensorSliceDataset", "MapDataset", "ParallelMapDatasetV2",
     "BatchDatasetV2", "PrefetchDataset", "ShardDataset", "SkipDataset", "TakeDataset",
     "RepeatDataset", "FlatMapDataset", "InterleaveDataset", "TFRecordDataset",
     "TFRecordDatasetV2", "TextLineDataset", "FilterDataset", "OptionsDataset"})
+# and this one in order, once built without input elements prefetched beyond its cycle
+# (:func:`without_input_prefetch`)
+PARALLEL_INTERLEAVE = "ParallelInterleaveDatasetV4"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,12 +70,15 @@ class DatasetGraph:
         user set ``experimental_external_state_policy = IGNORE``, or the only such ops are
         random ones (seeds, augmentations), whose state decides values, never which elements
         come next.
+      symbolic_option: the pipeline's ``options().experimental_symbolic_checkpoint`` (None:
+        unset); False keeps the buffers in its checkpoints.
     """
 
     nodes: tuple[tuple[str, Any, dict[str, Any]], ...]
     deterministic: bool | None
     external_state: str | None
     ignores_external_state: bool
+    symbolic_option: bool | None = None
 
     @classmethod
     def of(cls, ds: Any) -> DatasetGraph:
@@ -94,7 +101,8 @@ class DatasetGraph:
             external = external or f"{named[0]} is stateful."
         elif external and external.split(" ")[0] in _RANDOM_VALUES | _SEED_STATE:
             external, ignores = None, True
-        return cls(nodes, options.deterministic, external, ignores)
+        return cls(nodes, options.deterministic, external, ignores,
+                   options.experimental_symbolic_checkpoint)
 
     def ops(self) -> set[str]:
         return {op for op, _, _ in self.nodes}
@@ -109,8 +117,46 @@ class DatasetGraph:
                    for op, node, constants in self.nodes)
 
     def symbolic(self) -> bool:
-        """Whether every dataset op restores exactly from a symbolic checkpoint."""
-        return {op for op in self.ops() if "Dataset" in op} <= SYMBOLIC
+        """Whether every dataset op restores exactly from a symbolic checkpoint (those in
+        ``SYMBOLIC``, and a parallel interleave that keeps its order, run as
+        :func:`without_input_prefetch` builds it), unless the pipeline's options set
+        ``experimental_symbolic_checkpoint = False``."""
+        ops = {op for op in self.ops() if "Dataset" in op}
+        if self.symbolic_option is False:
+            return False
+        if PARALLEL_INTERLEAVE in ops and (self.ops() & _RESOURCES or any(
+                op == PARALLEL_INTERLEAVE and _unordered(self, node)
+                for op, node, _ in self.nodes)):
+            return False  # unordered, or resources a rebuilt graph would not share
+        return ops <= SYMBOLIC | {PARALLEL_INTERLEAVE}
+
+
+def without_input_prefetch(ds: Any) -> Any:
+    """``ds`` with each parallel interleave built without input elements prefetched beyond its
+    cycle (``prefetch_input_elements=0``; the cycle's own elements are still read in parallel),
+    and as it is without one.
+
+    TensorFlow (2.21) restores a parallel interleave's symbolic checkpoint that holds such
+    prefetched elements into an iterator that never yields after the cycle's current inputs (a
+    hang); without them it restores exactly. The cost is the opening of the next input (a file)
+    when one ends, rather than ahead of time.
+    """
+    import tensorflow as tf
+
+    graph = compat.tf_graph(ds)
+    scopes = [(graph.node, "{}")] + [(f.node_def, "{}:output:0") for f in graph.library.function]
+    changed = False
+    for nodes, reference in scopes:
+        for node in nodes:  # what stripping devices leaves (a py_function's "/device::0") fails
+            node.device = ""
+        for node in [n for n in nodes if n.op == PARALLEL_INTERLEAVE]:
+            zero = nodes.add(name=node.name.replace("/", "_") + "_no_input_prefetch", op="Const")
+            zero.attr["dtype"].type = tf.int64.as_datatype_enum
+            zero.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(0, tf.int64))
+            index = compat.tf_input_index(node, "prefetch_input_elements")
+            node.input[index] = reference.format(zero.name)
+            changed = True
+    return compat.tf_from_graph(graph, ds.element_spec) if changed else ds
 
 
 def order_varying(graph: DatasetGraph) -> list[str]:
@@ -124,8 +170,7 @@ def order_varying(graph: DatasetGraph) -> list[str]:
                          "seed=...")
         elif _attr(node, "sloppy") is True:
             found.append(f"{op} with sloppy=True: pass deterministic=True")
-        elif _attr(node, "deterministic") == "false" or (
-                _attr(node, "deterministic") == "default" and graph.deterministic is False):
+        elif _unordered(graph, node):
             found.append(f"{op} with deterministic=False (elements in the order they are "
                          "ready): pass deterministic=True, or leave options.deterministic True")
     return found
@@ -155,6 +200,12 @@ def _nodes(graph: Any) -> Iterator[tuple[str, Any, dict[str, Any]]]:
         constants = {n.name: n for n in nodes if n.op == "Const"}
         for node in nodes:
             yield node.op, node, constants
+
+
+def _unordered(graph: DatasetGraph, node: Any) -> bool:
+    """Whether a parallel op hands out its elements in the order they are ready."""
+    return _attr(node, "deterministic") == "false" or (
+        _attr(node, "deterministic") == "default" and graph.deterministic is False)
 
 
 def _const(constants: dict[str, Any], name: str) -> Any:

@@ -11,7 +11,12 @@ from typing import Any
 
 from jaxload._src.pipelines.base import Batches, LocalSpec
 from jaxload._src.pipelines.tf_files import ELEMENTS, NONE, Sharding, split
-from jaxload._src.pipelines.tf_graph import DatasetGraph, order_varying, value_varying
+from jaxload._src.pipelines.tf_graph import (
+    DatasetGraph,
+    order_varying,
+    value_varying,
+    without_input_prefetch,
+)
 from jaxload._src.pipelines.tf_iterator import batches_of, checkpointed
 from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
 from jaxload._src.plan import Plan
@@ -37,6 +42,9 @@ class TfDataset:
                  batched: bool, remainder: str):
         check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
         graph = DatasetGraph.of(ds)
+        self._symbolic = graph.symbolic()
+        if self._symbolic:
+            ds = without_input_prefetch(ds)
         self._ds, self._plan, self._global = ds, plan, global_batch_size
         self._batched, self._remainder = batched, remainder
         self._share, self.sharding = (ds, Sharding(NONE)) if shard in (False, FUNCTION) else (
@@ -45,7 +53,6 @@ class TfDataset:
         self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
             f"tf.data/{self.sharding.mode}")
         self._save = _saveable(graph)
-        self._symbolic = graph.symbolic()
         self.batches = self.from_row(0)
         length = int(ds.cardinality())
         why_not = why_not_sliceable(shard is not False, batched, "the whole dataset")
