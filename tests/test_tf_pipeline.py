@@ -379,3 +379,29 @@ def test_a_rebuilt_parallel_interleave_s_checkpoint_does_not_grow_with_its_input
                     iterator, ignore_external_state=False)))
     assert sizes["as written"][1] > sizes["as written"][0] + 20_000  # what the rebuild avoids
     assert abs(sizes["rebuilt"][1] - sizes["rebuilt"][0]) < 100, sizes
+
+
+def test_an_ended_pipeline_s_iterator_is_destroyed_off_the_reading_thread(monkeypatch):
+    # TensorFlow's iterator destructor cancels and joins the pipeline's threads (up to ~0.5 s
+    # here): the end of a pass must not wait for it
+    import threading
+    import weakref
+
+    from jaxload._src.pipelines import tf_iterator
+
+    where: list[str] = []
+    real = tf_iterator.release
+
+    def watched(owned):
+        weakref.finalize(owned[0], lambda: where.append(threading.current_thread().name))
+        real(owned)
+
+    monkeypatch.setattr(tf_iterator, "release", watched)
+    group = share(tf.data.Dataset.range(64), plan(processes=1, devices=8, index=0))
+    for position in (None, 2):  # checkpointed; repositioned by a count (skipping)
+        where.clear()
+        assert len(list(group.batches(position))) == (4 if position is None else 2)
+        for thread in threading.enumerate():
+            if thread.name == "jaxload-tf-release":
+                thread.join(timeout=30)
+        assert where == ["jaxload-tf-release"], position

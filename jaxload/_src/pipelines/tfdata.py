@@ -17,7 +17,7 @@ from jaxload._src.pipelines.tf_graph import (
     order_varying,
     value_varying,
 )
-from jaxload._src.pipelines.tf_iterator import batches_of, checkpointed
+from jaxload._src.pipelines.tf_iterator import batches_of, checkpointed, counted
 from jaxload._src.pipelines.tf_rewrite import sequential_interleaves
 from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
 from jaxload._src.plan import Plan
@@ -87,7 +87,7 @@ class TfDataset:
             pipeline = pipeline.with_options(options)
             length = _length(pipeline)
             if count:
-                return Batches(zip(pipeline.as_numpy_iterator(), itertools.count(consumed + 1)),
+                return Batches(counted(pipeline, itertools.count(consumed + 1)),
                                length=length)
             remaining = length - consumed if length not in (None, INFINITE) else length
             return Batches(checkpointed(pipeline, position,

@@ -8,6 +8,7 @@ from typing import Any
 
 from jaxload._src import agreement, whereabouts
 from jaxload._src.pipelines.base import LocalSpec
+from jaxload._src.pipelines.tf_iterator import counted
 from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP
@@ -56,7 +57,7 @@ class TfDataService:
         pipeline = self._batched.apply(service.distribute(
             processing_mode=service.ShardingPolicy.DYNAMIC, service=self._service, job_name=job,
             max_outstanding_requests=_SERVICE_REQUESTS))
-        return zip(pipeline.as_numpy_iterator(), itertools.repeat(None))
+        return counted(pipeline, itertools.repeat(None))
 
 
 def _check_service_options(service: Any, shard: bool, batched: bool) -> None:
