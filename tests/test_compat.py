@@ -14,7 +14,7 @@ def test_every_private_read_is_listed_and_has_a_test():
     assert tested == {"distributed_client", "thread_mesh", "data_loader_source",
                       "data_loader_shard_options", "data_loader_operations", "drops_elements",
                       "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
-                      "tf_input_index"}
+                      "tf_input_index", "tf_log_level"}
 
 
 def test_jax_private_attributes_exist():
@@ -113,3 +113,44 @@ def test_tensorflow_private_entry_points_exist_and_work(tmp_path):
         lambda x: tf.data.Dataset.range(x + captured), cycle_length=2,
         num_parallel_calls=2)).node if n.op == "ParallelInterleaveDatasetV4")
     assert compat.tf_input_index(node, "prefetch_input_elements") == 5
+
+
+_SAVES = """
+import tensorflow as tf
+from tensorflow.python.ops import gen_dataset_ops
+from jaxload._src import compat
+options = tf.data.Options()
+options.experimental_symbolic_checkpoint = True
+iterator = iter(tf.data.Dataset.range(10).with_options(options))
+next(iterator)
+get, _ = compat.tf_log_level()
+before = get()
+print("raw", flush=True)
+gen_dataset_ops.serialize_iterator(iterator._iterator_resource)
+print("quiet", flush=True)
+for _ in range(3):
+    compat.tf_save_iterator(iterator, ignore_external_state=False)
+print("level", before, get(), flush=True)
+"""
+
+
+@pytest.mark.cluster
+def test_a_symbolic_save_writes_no_log_line_and_leaves_the_log_level_as_it_was():
+    # TensorFlow writes "Saving symbolic checkpoint" (C++ INFO) at every symbolic save: jaxload
+    # saves after every batch, and would write a line per batch to every process's stderr
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("tensorflow")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    out = subprocess.run([sys.executable, "-c", _SAVES], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL)  # one stream: the lines in their order
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, lines[-20:]
+    raw, quiet, level = (lines.index(m) for m in ("raw", "quiet", "level 0 0"))
+    saves = [i for i, line in enumerate(lines) if "Saving symbolic checkpoint" in line]
+    assert saves and all(raw < i < quiet for i in saves), (
+        "TensorFlow's symbolic save no longer logs, or compat.tf_log_level() no longer "
+        f"silences it (absl inside libtensorflow_framework): {lines[raw:level + 1]}")

@@ -10,6 +10,10 @@ Grain release cannot break jaxload silently.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 # (what reads it, the private path) for tests/test_compat.py
@@ -29,6 +33,7 @@ PRIVATE = (
                           "tensorflow.python.ops.gen_dataset_ops.serialize_iterator, "
                           "deserialize_iterator"),
     ("tf_input_index", "tensorflow.python.framework.op_def_registry.get"),
+    ("tf_log_level", "absl::MinLogLevel, absl::SetMinLogLevel in libtensorflow_framework"),
 )
 
 
@@ -149,9 +154,10 @@ def tf_save_iterator(iterator: Any, *, ignore_external_state: bool) -> bytes:
     from tensorflow.python.ops import gen_dataset_ops
 
     policy = tf.data.experimental.ExternalStatePolicy
-    state = gen_dataset_ops.serialize_iterator(
-        iterator._iterator_resource,
-        external_state_policy=(policy.IGNORE if ignore_external_state else policy.FAIL).value)
+    with _no_info_logs():  # TensorFlow logs each symbolic save at INFO: a line per batch
+        state = gen_dataset_ops.serialize_iterator(
+            iterator._iterator_resource,
+            external_state_policy=(policy.IGNORE if ignore_external_state else policy.FAIL).value)
     return bytes(tf.io.serialize_tensor(state).numpy())
 
 
@@ -163,3 +169,62 @@ def tf_restore_iterator(iterator: Any, state: bytes) -> None:
 
     gen_dataset_ops.deserialize_iterator(iterator._iterator_resource,
                                          tf.io.parse_tensor(state, tf.variant))
+
+
+_WARNING = 1  # absl::LogSeverityAtLeast::kWarning
+_LOG_LEVEL_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _no_info_logs() -> Iterator[None]:
+    """TensorFlow's C++ INFO logs off while inside (where they are on): ``LOG(INFO) << "Saving
+    symbolic checkpoint"`` in ``IteratorResource::Save`` would write a line to stderr at every
+    batch. Raises absl's minimum log level to WARNING and puts it back; a no-op where
+    :func:`tf_log_level` finds no absl in TensorFlow."""
+    level = tf_log_level()
+    if level is None:
+        yield
+        return
+    get, set_level = level
+    with _LOG_LEVEL_LOCK:
+        before = get()
+        if before < _WARNING:
+            set_level(_WARNING)
+        try:
+            yield
+        finally:
+            if before < _WARNING:
+                set_level(before)
+
+
+@functools.cache
+def tf_log_level() -> tuple[Any, Any] | None:
+    """``absl::MinLogLevel`` and ``absl::SetMinLogLevel`` of the absl inside TensorFlow's
+    ``libtensorflow_framework`` (as ctypes functions), or None where they are not found. Their
+    C++ names carry absl's release (``absl::lts_20250814::``), read from the library's symbols."""
+    import ctypes
+    import glob
+    import mmap
+    import os
+    import re
+
+    import tensorflow as tf
+
+    paths = glob.glob(os.path.join(os.path.dirname(tf.__file__), "libtensorflow_framework*"))
+    if not paths:
+        return None
+    try:
+        with open(paths[0], "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            found = re.search(rb"_ZN4absl(\d+lts_\d+)?11MinLogLevelEv", m)
+            inner = None if found is None else (found.group(1) or b"").decode()
+        if inner is None:
+            return None
+        library = ctypes.CDLL(paths[0], mode=getattr(os, "RTLD_NOLOAD", 0) | os.RTLD_GLOBAL)
+        get = getattr(library, f"_ZN4absl{inner}11MinLogLevelEv")
+        set_level = getattr(library, f"_ZN4absl{inner}14SetMinLogLevelE"
+                                     f"N{'S0_' if inner else 'S_'}18LogSeverityAtLeastE")
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, []
+    set_level.restype, set_level.argtypes = None, [ctypes.c_int]
+    return get, set_level
