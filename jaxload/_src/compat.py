@@ -3,8 +3,8 @@
 Their public APIs lack what these give (the coordination service's client, the mesh of the
 older ``with mesh:`` context, a ``grain.DataLoader``'s data source, sharding and operations, the
 datasets that drop elements, a tf.data pipeline's graph, TensorFlow's file-sharding rewrite and
-its iterator checkpoints as bytes). Each accessor names the attribute it reads, and
-``tests/test_compat.py`` fails loudly, naming it, when an upgrade removes one: the next JAX or
+its iterator checkpoints as bytes, the log level of the absl inside TensorFlow). Each accessor
+names the attribute it reads, and ``tests/test_compat.py`` fails loudly, naming it, when an upgrade removes one: the next JAX or
 Grain release cannot break jaxload silently.
 """
 
