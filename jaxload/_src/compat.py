@@ -4,8 +4,8 @@ Their public APIs lack what these give (the coordination service's client, the m
 older ``with mesh:`` context, a ``grain.DataLoader``'s data source, sharding and operations, the
 datasets that drop elements, a tf.data pipeline's graph, TensorFlow's file-sharding rewrite and
 its iterator checkpoints as bytes, the log level of the absl inside TensorFlow). Each accessor
-names the attribute it reads, and ``tests/test_compat.py`` fails loudly, naming it, when an upgrade removes one: the next JAX or
-Grain release cannot break jaxload silently.
+names the attribute it reads, and ``tests/test_compat.py`` fails loudly, naming it, when an
+upgrade removes one: the next JAX or Grain release cannot break jaxload silently.
 """
 
 from __future__ import annotations
