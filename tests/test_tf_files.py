@@ -124,7 +124,23 @@ def scenarios_4x2(pattern: str, two_files: str, state_2x4: dict) -> list:
         outcome(lambda: run_loader(pattern, "data_parallel", 32, shard="elements",
                                    list_shuffle=True)),
         outcome(lambda: run_loader(pattern, "data_parallel", 64, state=state_2x4)),
+        outcome(lambda: run_loader(pattern, "data_parallel", 32, state=process_0s(
+            run_loader(pattern, "data_parallel", 32, steps=3)["state"]))),
     ]
+
+
+def process_0s(state: dict) -> dict:
+    """Process 0's ``state`` on every process (through the coordinator's key-value store)."""
+    import json
+
+    from jaxload._src import compat
+
+    client = compat.distributed_client()
+    if client is None or __import__("jax").process_index() == 0:
+        if client is not None:
+            client.key_value_set("test/process_0s_state", json.dumps(state))
+        return state
+    return json.loads(client.blocking_key_value_get("test/process_0s_state", 60_000))
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +196,20 @@ def test_a_state_by_files_on_another_topology_is_refused_on_every_process(runs_4
         assert "shard_count=2 in the state, shard_count=4 in this loader's plan" in r
         assert "Resume on the same topology, restart the pass" in r
         assert "shard='elements'" in r
+
+
+@pytest.mark.cluster
+def test_a_state_by_files_of_another_loading_group_is_refused_on_every_process(runs_4x2):
+    # process 0's state continues its own group only: the three other groups' processes
+    # refuse it, and process 0 (which alone could continue) raises too instead of waiting
+    refused = runs_4x2[7]
+    assert refused[0].startswith("ValueError: set_state was refused on processes [1-3], so no "
+                                 "process resumes from this state (process 1: the state was "
+                                 "taken under another plan"), refused
+    for p, r in enumerate(refused[1:], 1):
+        assert r.startswith("ValueError: the state was taken under another plan: shard_index=0 "
+                            f"in the state, shard_index={p} in this loader's plan"), refused
+        assert "sharded by files, each loading group reads its own files" in r
 
 
 @pytest.mark.cluster

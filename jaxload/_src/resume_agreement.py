@@ -1,0 +1,58 @@
+"""``set_state``'s verdict, agreed by every process: a state refused on one process is refused on
+all of them, before any data is read.
+
+Whether a state fits can differ between processes. Sharded by files, each loading group's
+position is its own, so the state of process 0 continues exactly on the processes of its
+group and is refused on the others: without this agreement the refusing processes would raise
+while the rest started the pass and waited for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from jaxload._src import agreement, watchdog, wire
+from jaxload._src.exchange import Reports
+from jaxload._src.whereabouts import Name, ranges
+
+_SHOWN = 300  # characters of a refusal in the message of the processes that accepted
+
+
+@dataclasses.dataclass(frozen=True)
+class _Report:
+    refused: str | None = None  # this process's ValueError, or None: the state fits here
+
+
+def agree(refusal: ValueError | None, name: Name, timeout_s: float) -> None:
+    """Every process's refusal (None: the state fits) at the leader; raises on every process
+    if any refused: the refusing ones their own ``refusal``, the others a ValueError naming the
+    processes that refused and the first one's reason. A collective: every process calls it.
+
+    Example:
+      >>> from jaxload._src import whereabouts
+      >>> agree(None, whereabouts.one_off("example.set_state"), 60)   # one process: its own
+    """
+
+    def decide(reports: Reports) -> tuple[str, bool]:
+        refused = {p: r.refused for p, r in reports.parsed(_Report).items()
+                   if r.refused is not None}
+        return json.dumps({str(p): refused[p] for p in sorted(refused)}), True
+
+    report = json.dumps({} if refusal is None else {"refused": str(refusal)})
+    dog = watchdog.this_process()
+    dog.start()
+    text = agreement.gather(name, report, decide, timeout_s, watch=dog)
+    refused = wire.loads(text, key=f"{name.prefix}/0/decision", writer=0)
+    if not isinstance(refused, dict) or not all(isinstance(v, str) for v in refused.values()):
+        raise wire.MalformedValueError(f"malformed value in {name.prefix}/0/decision written by "
+                                       f"process 0: {text[:200]!r}")
+    if refusal is not None:
+        raise refusal
+    if refused:
+        processes = sorted(int(p) for p in refused)
+        first = refused[str(processes[0])]
+        raise ValueError(
+            f"set_state was refused on process{'es' if len(processes) > 1 else ''} "
+            f"[{ranges(processes)}], so no process resumes from this state (process "
+            f"{processes[0]}: {first[:_SHOWN]}{'...' if len(first) > _SHOWN else ''})")
