@@ -32,7 +32,7 @@ from jaxload._src.pass_context import PassContext
 from jaxload._src.pipelines.base import Pipeline
 from jaxload._src.records import Recorder
 from jaxload._src.records import gather as gather_records
-from jaxload._src.resume_agreement import agree
+from jaxload._src.resume_agreement import agreed_resume_point
 from jaxload._src.schedule import Schedule, next_pass, step_of
 from jaxload._src.state import START
 from jaxload._src.stats import Stats, StatsSummary, gather
@@ -262,19 +262,14 @@ class Loader(Checkpointable, Explained):
     def set_state(self, state: states.State, *, head_start: bool = True) -> None:
         """Makes the next pass continue from ``state`` (from ``get_state``), ending one still open.
 
-        Every process calls it (each with its own state, or all with one): the processes agree
-        on it in one exchange, so that a state refused on one process raises a ValueError on
-        every process. With ``prefetch`` > 0 the pass starts reading now in the background
-        (``head_start``): its first batch is ready while the model state is still restored.
-
-        Under the same plan (loading group, batch sizes) the pass continues exactly where the
-        state's process stood. Under another plan (process count, layout, loading groups, global
-        batch size) a state taken by any process of the old run continues at its global row,
-        where the pipeline can start there exactly (a sharded Grain MapDataset or tf.data
-        pipeline); otherwise it is refused, saying why. Sharded by files, each loading group's
-        position is its own: a state continues only on the processes of the loading group that
-        took it. A state taken with another backend, remainder mode, dataset length or
-        fingerprint is refused, naming both values.
+        Every process calls it; a state refused on one process raises a ValueError on all. Under
+        the same plan (loading group, batch sizes) the pass continues exactly where the state's
+        process stood (sharded by files, only there). Under another plan (process count,
+        layout, loading groups, global batch size) a state of any process continues at its
+        global row where the pipeline can start there exactly (a sharded Grain MapDataset or
+        tf.data pipeline), or is refused, saying why; so is a state of another backend,
+        remainder mode, dataset length or fingerprint. With ``prefetch`` > 0 the pass starts
+        reading now (``head_start``): its first batch is ready while the model is restored.
 
         Example:
           >>> import grain
@@ -295,16 +290,8 @@ class Loader(Checkpointable, Explained):
           >>> print(np.asarray(next(iter(bigger)))[[0, -1]])
           [32 63]
         """
-        try:
-            resume, refusal = states.resume_point(state, self.get_state(),
-                                                  self._pipeline.not_resumable,
-                                                  self._pipeline.elastic), None
-        except ValueError as e:  # raised on every process (a state can fit on some only)
-            resume, refusal = START, e
-        agree(refusal, whereabouts.CREATED.new(f"loader/{self.name}/set_state",
-                                               f"set_state of loader {self.name!r} "
-                                               "(call {ordinal})"), self.config.timeout_s)
-        self._resume = resume
+        self._resume = agreed_resume_point(state, self.get_state(), self._pipeline, self.name,
+                                           self.config.timeout_s)
         self.close()  # a pass still open ends here: get_state now answers the restored state
         self._position = self._resume
         if head_start and self.config.prefetch:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
-from jaxload._src import agreement, watchdog, wire
+from jaxload._src import agreement, watchdog, whereabouts, wire
+from jaxload._src import state as states
 from jaxload._src.exchange import Reports
 from jaxload._src.whereabouts import Name, ranges
 
@@ -22,6 +24,21 @@ _SHOWN = 300  # characters of a refusal in the message of the processes that acc
 @dataclasses.dataclass(frozen=True)
 class _Report:
     refused: str | None = None  # this process's ValueError, or None: the state fits here
+
+
+def agreed_resume_point(state: Any, mine: states.State, pipeline: Any, loader: str,
+                        timeout_s: float) -> states.Position:
+    """:func:`jaxload._src.state.resume_point` of ``state`` for the loader named ``loader``
+    whose own state is ``mine`` over ``pipeline``, agreed by every process (:func:`agree`)."""
+    try:
+        resume, refusal = states.resume_point(state, mine, pipeline.not_resumable,
+                                              pipeline.elastic), None
+    except ValueError as e:  # raised on every process (a state can fit on some only)
+        resume, refusal = states.START, e
+    agree(refusal, whereabouts.CREATED.new(f"loader/{loader}/set_state",
+                                           f"set_state of loader {loader!r} (call {{ordinal}})"),
+          timeout_s)
+    return resume
 
 
 def agree(refusal: ValueError | None, name: Name, timeout_s: float) -> None:
