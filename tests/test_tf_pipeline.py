@@ -182,6 +182,8 @@ PIPELINES = {
         lambda x: x % 3 > 0).repeat(3).take(150).map(lambda x: {"id": x}), True),
     "parallel-interleave": (lambda files: tf.data.Dataset.from_tensor_slices(files).interleave(
         tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2).map(parse_id), True),
+    "parallel-reads": (lambda files: tf.data.TFRecordDataset(files, num_parallel_reads=3).map(
+        parse_id), True),  # tf.data's legacy parallel interleave
     "parallel-interleave-in-flat-map": (lambda files: tf.data.Dataset.from_tensor_slices(
         [files[:4], files[4:]]).flat_map(lambda names: tf.data.Dataset.from_tensor_slices(
             names).interleave(tf.data.TFRecordDataset, cycle_length=3,
@@ -207,7 +209,7 @@ def test_a_restored_iterator_continues_exactly(tmp_path, name, groups):
     group_plan = plan(processes=groups, devices=8 // groups, index=groups - 1)
     whole = share(make(files), group_plan)
     if groups > 1 and name in ("files-interleave", "lines-skip", "parallel-interleave",
-                               "parallel-interleave-buffers"):
+                               "parallel-interleave-buffers", "parallel-reads"):
         assert whole.sharding == tf_files.Sharding("files", files=8)
     reference = [b["id"].tolist() for b, _ in whole.batches(None)]
     for stop in (1, 3, len(reference) - 1):
@@ -345,6 +347,21 @@ def test_a_parallel_interleave_in_order_is_rebuilt_as_a_sequential_one_reading_a
     assert ends.op == "PrefetchDataset"  # each input reads ahead on its own thread
     nested = tf.data.Dataset.range(2).flat_map(lambda _: interleave())
     assert [int(x) for x in sequential_interleaves(nested)] == [int(x) for x in nested]
+    # TFRecordDataset(files, num_parallel_reads=N): tf.data's legacy parallel interleave
+    legacy = tf.data.experimental.parallel_interleave(
+        lambda i: tf.data.Dataset.range(100 * i, 100 * i + 5 + i), cycle_length=3,
+        block_length=2, sloppy=False)
+    ds = tf.data.Dataset.range(6).apply(legacy)
+    assert "LegacyParallelInterleaveDatasetV2" in DatasetGraph.of(ds).ops()
+    assert DatasetGraph.of(ds).symbolic()
+    ops = {n.op for n in compat.tf_graph(sequential_interleaves(ds)).node}
+    assert "InterleaveDataset" in ops and "LegacyParallelInterleaveDatasetV2" not in ops
+    assert [int(x) for x in sequential_interleaves(ds)] == [int(x) for x in ds]
+    files = tf.data.TFRecordDataset(["a", "b"], num_parallel_reads=2)
+    assert "LegacyParallelInterleaveDatasetV2" in DatasetGraph.of(files).ops()
+    sloppy = tf.data.experimental.parallel_interleave(
+        lambda i: tf.data.Dataset.range(100 * i, 100 * i + 5 + i), cycle_length=3, sloppy=True)
+    assert not DatasetGraph.of(tf.data.Dataset.range(6).apply(sloppy)).symbolic()
     assert DatasetGraph.of(interleave()).symbolic()
     assert not DatasetGraph.of(interleave(deterministic=False)).symbolic()
     options = tf.data.Options()

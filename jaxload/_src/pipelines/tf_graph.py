@@ -51,9 +51,11 @@ SYMBOLIC = frozenset({
     "BatchDatasetV2", "PrefetchDataset", "ShardDataset", "SkipDataset", "TakeDataset",
     "RepeatDataset", "FlatMapDataset", "InterleaveDataset", "TFRecordDataset",
     "TFRecordDatasetV2", "TextLineDataset", "FilterDataset", "OptionsDataset"})
-# and this one in order, once rebuilt as a sequential interleave
-# (:func:`jaxload._src.pipelines.tf_rewrite.sequential_interleaves`)
+# and these in order, once rebuilt as a sequential interleave
+# (:func:`jaxload._src.pipelines.tf_rewrite.sequential_interleaves`): ``interleave(...,
+# num_parallel_calls=N)``, and the legacy one of ``TFRecordDataset(files, num_parallel_reads=N)``
 PARALLEL_INTERLEAVE = "ParallelInterleaveDatasetV4"
+PARALLEL_INTERLEAVES = frozenset({PARALLEL_INTERLEAVE, "LegacyParallelInterleaveDatasetV2"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,11 +126,11 @@ class DatasetGraph:
         ops = {op for op in self.ops() if "Dataset" in op}
         if self.symbolic_option is False:
             return False
-        if PARALLEL_INTERLEAVE in ops and (self.ops() & _RESOURCES or any(
-                op == PARALLEL_INTERLEAVE and (_unordered(self, node) or not _lengths_known(
+        if ops & PARALLEL_INTERLEAVES and (self.ops() & _RESOURCES or any(
+                op in PARALLEL_INTERLEAVES and (_unordered(self, node) or not _lengths_known(
                     node, constants)) for op, node, constants in self.nodes)):
             return False  # unordered, or resources a rebuilt graph would not share
-        return ops <= SYMBOLIC | {PARALLEL_INTERLEAVE}
+        return ops <= SYMBOLIC | PARALLEL_INTERLEAVES
 
 
 def order_varying(graph: DatasetGraph) -> list[str]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxload._src import compat
-from jaxload._src.pipelines.tf_graph import PARALLEL_INTERLEAVE, input_constant
+from jaxload._src.pipelines.tf_graph import PARALLEL_INTERLEAVES, input_constant
 
 _INTERLEAVE = "InterleaveDataset"
 _READ_AHEAD = "jaxload_read_ahead"
@@ -53,7 +53,7 @@ def sequential_interleaves(ds: Any) -> Any:
             node.device = ""
     for nodes in scopes:
         constants = {n.name: n for n in nodes if n.op == "Const"}
-        for node in [n for n in nodes if n.op == PARALLEL_INTERLEAVE]:
+        for node in [n for n in nodes if n.op in PARALLEL_INTERLEAVES]:
             size = _read_ahead_size(node, constants)
             _as_interleave(node)
             name = node.attr["f"].func.name

@@ -12,7 +12,7 @@ from typing import Any
 from jaxload._src.pipelines.base import Batches, LocalSpec
 from jaxload._src.pipelines.tf_files import ELEMENTS, NONE, Sharding, split
 from jaxload._src.pipelines.tf_graph import (
-    PARALLEL_INTERLEAVE,
+    PARALLEL_INTERLEAVES,
     DatasetGraph,
     order_varying,
     value_varying,
@@ -44,7 +44,7 @@ class TfDataset:
         check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
         graph = DatasetGraph.of(ds)
         self._symbolic = graph.symbolic()
-        if self._symbolic and PARALLEL_INTERLEAVE in graph.ops():  # else nothing to rebuild
+        if self._symbolic and graph.ops() & PARALLEL_INTERLEAVES:  # else nothing to rebuild
             ds = sequential_interleaves(ds)
         self._ds, self._plan, self._global = ds, plan, global_batch_size
         self._batched, self._remainder = batched, remainder
