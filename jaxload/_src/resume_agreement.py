@@ -13,12 +13,13 @@ import dataclasses
 import json
 from typing import Any
 
-from jaxload._src import agreement, watchdog, whereabouts, wire
+from jaxload._src import agreement, watchdog, whereabouts
 from jaxload._src import state as states
 from jaxload._src.exchange import Reports
+from jaxload._src.pipelines.base import Pipeline
 from jaxload._src.whereabouts import Name, ranges
 
-_SHOWN = 300  # characters of a refusal in the message of the processes that accepted
+_SHOWN = 300  # characters of a refusal that reach the leader (and the others' message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +27,7 @@ class _Report:
     refused: str | None = None  # this process's ValueError, or None: the state fits here
 
 
-def agreed_resume_point(state: Any, mine: states.State, pipeline: Any, loader: str,
+def agreed_resume_point(state: Any, mine: states.State, pipeline: Pipeline, loader: str,
                         timeout_s: float) -> states.Position:
     """:func:`jaxload._src.state.resume_point` of ``state`` for the loader named ``loader``
     whose own state is ``mine`` over ``pipeline``, agreed by every process (:func:`agree`)."""
@@ -54,22 +55,20 @@ def agree(refusal: ValueError | None, name: Name, timeout_s: float) -> None:
     def decide(reports: Reports) -> tuple[str, bool]:
         refused = {p: r.refused for p, r in reports.parsed(_Report).items()
                    if r.refused is not None}
-        return json.dumps({str(p): refused[p] for p in sorted(refused)}), True
+        if not refused:
+            return "", True
+        processes = sorted(refused)
+        return (f"set_state was refused on process{'es' if len(processes) > 1 else ''} "
+                f"[{ranges(processes)}], so no process resumes from this state (process "
+                f"{processes[0]}: {refused[processes[0]]})"), True
 
-    report = json.dumps({} if refusal is None else {"refused": str(refusal)})
+    text = "" if refusal is None else str(refusal)
+    report = json.dumps({} if refusal is None else {
+        "refused": text[:_SHOWN] + ("..." if len(text) > _SHOWN else "")})
     dog = watchdog.this_process()
     dog.start()
-    text = agreement.gather(name, report, decide, timeout_s, watch=dog)
-    refused = wire.loads(text, key=f"{name.prefix}/0/decision", writer=0)
-    if not isinstance(refused, dict) or not all(isinstance(v, str) for v in refused.values()):
-        raise wire.MalformedValueError(f"malformed value in {name.prefix}/0/decision written by "
-                                       f"process 0: {text[:200]!r}")
+    verdict = agreement.gather(name, report, decide, timeout_s, watch=dog)
     if refusal is not None:
         raise refusal
-    if refused:
-        processes = sorted(int(p) for p in refused)
-        first = refused[str(processes[0])]
-        raise ValueError(
-            f"set_state was refused on process{'es' if len(processes) > 1 else ''} "
-            f"[{ranges(processes)}], so no process resumes from this state (process "
-            f"{processes[0]}: {first[:_SHOWN]}{'...' if len(first) > _SHOWN else ''})")
+    if verdict:
+        raise ValueError(verdict)

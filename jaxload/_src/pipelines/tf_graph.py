@@ -54,8 +54,8 @@ SYMBOLIC = frozenset({
 # and these in order, once rebuilt as a sequential interleave
 # (:func:`jaxload._src.pipelines.tf_rewrite.sequential_interleaves`): ``interleave(...,
 # num_parallel_calls=N)``, and the legacy one of ``TFRecordDataset(files, num_parallel_reads=N)``
-PARALLEL_INTERLEAVE = "ParallelInterleaveDatasetV4"
-PARALLEL_INTERLEAVES = frozenset({PARALLEL_INTERLEAVE, "LegacyParallelInterleaveDatasetV2"})
+PARALLEL_INTERLEAVES = frozenset({"ParallelInterleaveDatasetV4",
+                                  "LegacyParallelInterleaveDatasetV2"})
 
 
 @dataclasses.dataclass(frozen=True)
