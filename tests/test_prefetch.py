@@ -77,3 +77,30 @@ def test_bad_prefetch_value(value):
     with pytest.raises(ValueError, match=rf"prefetch={value!r} must be an int >= 0"):
         jaxload.from_grain(grain.MapDataset.range(8), jaxload.data_parallel(),
                            global_batch_size=8, prefetch=value)
+
+
+def test_a_round_s_window_is_read_between_the_handouts_not_all_at_once():
+    """A pipeline of unknown length is agreed on in rounds of up to 16 steps, each round's
+    batches read ahead first. Those reads are spread over the previous round's handouts, so the
+    pipeline keeps reading while the training step consumes and no step waits for a whole
+    window (prefetch=0: the reads happen inside next(), in a deterministic order)."""
+    events = []
+
+    def read(i):
+        if i % 8 == 7:
+            events.append(("read", i // 8))
+        return {"id": i}
+
+    ds = grain.MapDataset.range(40 * 8).map(read).to_iter_dataset(
+        grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
+    loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=8, shard=False,
+                                prefetch=0)
+    for step, batch in enumerate(loader):
+        assert np.asarray(batch["id"]).tolist() == list(range(8 * step, 8 * step + 8))
+        events.append(("got", step))
+    assert [e[1] for e in events if e[0] == "got"] == list(range(40))
+    assert [e[1] for e in events if e[0] == "read"] == list(range(40))
+    runs, run = [], 0
+    for kind, _ in events:
+        run = run + 1 if kind == "read" else runs.append(run) or 0
+    assert max(runs) <= 2, runs  # a whole window (up to 16) read before a step, without it

@@ -3,7 +3,8 @@
 Stages, once per round of the step agreement (:mod:`jaxload._src.protocol`):
 
 1. **read ahead** (:class:`ReadAhead`): this process's next batches from its pipeline,
-   validated, their signature compared with the pass's first one;
+   validated, their signature compared with the pass's first one (most of them read between
+   the previous round's handouts, so that the pipeline never idles while a round is consumed);
 2. **decide**: a :class:`~jaxload._src.protocol.Report` to the leader, a
    :class:`~jaxload._src.protocol.Decision` back: how many steps exist, or why the pass ends;
 3. **assemble**: the agreed steps, padded where this process's data has run out, become
@@ -82,19 +83,23 @@ class Pass:
         self._template: str | None = None  # the signature to pad with, when this process has none
         self._ended = False
         self._doing = Stage.ASSEMBLING  # or READING, PADDING: the part of stage 3 under way
+        self._deferred: Exception | None = None  # a read between handouts that failed
 
     def __iter__(self) -> Generator[Handout, None, None]:
         window, total, round_index = 1, None, 0
         while True:
             decision = self._decide(self._read_ahead(window, total, round_index), window, total)
             total, window, round_index = decision.total, decision.window, round_index + 1
-            for _ in range(decision.count):
+            between = decision.more and total is None  # the next round reads a window
+            for i in range(decision.count):
                 handout = self._stage(Stage.ASSEMBLING, self._assemble)
                 try:
                     yield handout
                 except GeneratorExit:
                     self._stopped()
                     raise
+                if between:
+                    self._read_between(decision.count - i - 1, window, decision.count)
             if not decision.more:
                 return
 
@@ -103,13 +108,32 @@ class Pass:
         """Reads ahead (where the step count is not known yet) and builds this round's report."""
         reader = self._reader
         known = total is not None
-        self._stage(Stage.READING, lambda: reader.fill(1 if known and not round_index else
-                                                   0 if known else window))
+
+        def read() -> None:
+            if self._deferred is not None:  # a read between handouts failed: raised here
+                raise self._deferred
+            reader.fill(1 if known and not round_index else 0 if known else window)
+
+        self._stage(Stage.READING, read)
         return Report(
             ready=len(reader.ahead), digest=reader.digest, nbytes=reader.nbytes,
             length=protocol.as_jsonable(reader.length) if round_index == 0 else None,
             needs_template=(self._pad and reader.signature is None and self._template is None
                             and reader.exhausted))
+
+    def _read_between(self, left: int, window: int, count: int) -> None:
+        """Reads part of the next round's window after a handout, so that the pipeline keeps
+        reading while the round's ``left`` remaining steps are assembled and consumed (else it
+        would idle, then the consumer wait for a whole window). A failure is kept and raised
+        where the next round reads, after the agreed steps: as if read there."""
+        if self._deferred is not None:
+            return
+        reader = self._reader
+        per = -(-window // max(count, 1))  # the window, spread over the round's handouts
+        try:
+            reader.fill(min(left + window, len(reader.ahead) + per))
+        except Exception as e:  # noqa: BLE001 - raised at the next round's read
+            self._deferred = e
 
     # -- stage 2 -----------------------------------------------------------------------------
     def _decide(self, report: Report, window: int, total: int | None) -> Decision:
