@@ -102,6 +102,54 @@ def test_distinct(clusters):
         assert o["loader_default"].startswith("DuplicationError:")
 
 
+def first_round_scenarios():
+    """Which exchanges check a pass's first step: counted by wrapping the check's own."""
+    from jaxload._src import check as check_impl
+    from placement import make_loader
+
+    calls, checked = [], check_impl._checked
+    check_impl._checked = lambda kind, *a, **k: (calls.append(kind), checked(kind, *a, **k))[1]
+
+    def run(make):
+        calls.clear()
+        return {"error": _error(lambda: [np.asarray(b).tolist() for b in make()]),
+                "checks": list(calls)}
+
+    layout = jaxload.data_parallel()
+    mine = range(64) if jax.process_index() == 0 else range(0)
+    try:
+        return {
+            "default": run(lambda: make_loader("grain", layout, range(64), global_batch_size=16)),
+            "same_rows": run(lambda: make_loader("grain", layout, range(64), global_batch_size=16,
+                                                 shard=False)),
+            # process 1 has no first batch: it pads, so the loop's side checks
+            "one_empty": run(lambda: make_loader("grain", layout, mine, global_batch_size=16,
+                                                 shard=False, remainder="pad")),
+            "load_once": run(lambda: make_loader(
+                "grain", jaxload.model_replicas_across_processes(2), range(64),
+                global_batch_size=16, load_once=True)),
+        }
+    finally:
+        check_impl._checked = checked
+
+
+@pytest.mark.cluster
+def test_the_first_step_s_check_rides_the_first_round(clusters):
+    """Each process assembles its first step before the pass's first round and sends the check's
+    records in its report: no exchange of its own, the same verdict on every process. Where a
+    process has no first batch, or the batch is resharded on the loop's side, the check runs
+    there as before."""
+    outcomes = clusters.run(first_round_scenarios, num_processes=2, local_devices=4,
+                            timeout_s=180)
+    for o in outcomes:
+        assert o["default"] == {"error": None, "checks": []}
+        assert o["same_rows"]["error"].startswith("DuplicationError: different rows of the batch")
+        assert o["same_rows"]["checks"] == []
+        assert o["one_empty"] == {"error": None, "checks": ["plan-batch"]}
+        assert o["load_once"] == {"error": None, "checks": ["plan-batch"]}
+    assert outcomes[0]["same_rows"] == outcomes[1]["same_rows"]
+
+
 def plan_scenarios():
     from jaxload._src.check import plan_and_batch
 

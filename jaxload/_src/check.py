@@ -179,18 +179,23 @@ def plan(layout: Layout, global_batch_size: int, *, timeout_s: float = DEFAULT_T
 def plan_and_batch(layout: Layout, global_batch_size: int, tree: GlobalBatch, *,
                    timeout_s: float = DEFAULT_TIMEOUT_S, name: str | None = None) -> None:
     """:func:`plan`, then :func:`batch`, in one exchange (a pass's first step)."""
+    _checked("plan-batch", lambda: plan_and_batch_records(layout, global_batch_size, tree),
+             verify_plan_and_batch, timeout_s, name)
 
-    def records() -> dict[str, Any]:
-        return {"plan": _plan_record(layout, global_batch_size),
-                "batch": shard_records(tree, constant_flags=True)}
 
-    shards = _verifying_shards((verify_replication, verify_distinct))
+def plan_and_batch_records(layout: Layout, global_batch_size: int, tree: GlobalBatch
+                           ) -> dict[str, Any]:
+    """What this process reports for :func:`plan_and_batch` (JSON)."""
+    return {"plan": _plan_record(layout, global_batch_size),
+            "batch": shard_records(tree, constant_flags=True)}
 
-    def verify(seen: dict[int, Any]) -> None:
-        verify_plan({p: r["plan"] for p, r in seen.items()})
-        shards({p: r["batch"] for p, r in seen.items()})
 
-    _checked("plan-batch", records, verify, timeout_s, name)
+def verify_plan_and_batch(seen: dict[int, Any]) -> None:
+    """:func:`plan_and_batch`'s comparison of every process's records (``seen``: process ->
+    :func:`plan_and_batch_records`); raises a :class:`CheckError`."""
+    verify_plan({p: r["plan"] for p, r in seen.items()})
+    _verifying_shards((verify_replication, verify_distinct))(
+        {p: r["batch"] for p, r in seen.items()})
 
 
 def _plan_record(layout: Layout, global_batch_size: int) -> dict[str, Any]:

@@ -70,7 +70,7 @@ class LoaderIterator:
         config, dog = context.config, context.watchdog
         dog.start()  # here, not in __del__: a finalizer must not start threads
         dog.opened(context.exchange.prefix, config.on_failure, float(config.exit_grace_s))
-        run = Pass(context, source)
+        run = Pass(context, source, loop.layout if loop.reshard is None else None)
         stats, prefix = context.stats, context.exchange.prefix
 
         def count_ready(n: int) -> None:

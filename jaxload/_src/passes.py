@@ -24,10 +24,12 @@ from typing import Any, NamedTuple, TypeVar
 
 import jax
 
-from jaxload._src import protocol, signature
+from jaxload._src import protocol, round_check, signature
 from jaxload._src.agreement import Decide, PeerFailedError, Reports
 from jaxload._src.assemble import build_global
+from jaxload._src.check import plan_and_batch_records
 from jaxload._src.failures import Failure, add_note
+from jaxload._src.layout import Layout
 from jaxload._src.pass_context import PassContext
 from jaxload._src.protocol import Decision, Report
 from jaxload._src.read_ahead import ReadAhead
@@ -65,8 +67,11 @@ class Pass:
     failure of its own (the reshard), to report that instead of a stop.
     """
 
-    def __init__(self, context: PassContext, source: Iterable[tuple[HostBatch, Any]]):
+    def __init__(self, context: PassContext, source: Iterable[tuple[HostBatch, Any]],
+                 checked_in_round: Layout | None = None):
         self._context = context
+        self._check_layout = checked_in_round  # the first step's check rides the first round
+        self._held: Handout | None = None  # the first step, assembled before the first round
         self._exchange = context.exchange
         self._plan_at = context.plan_at
         self._pad = context.config.pad
@@ -92,7 +97,7 @@ class Pass:
             total, window, round_index = decision.total, decision.window, round_index + 1
             between = decision.more and total is None  # the next round reads a window
             for i in range(decision.count):
-                handout = self._stage(Stage.ASSEMBLING, self._assemble)
+                handout, self._held = self._held or self._stage(Stage.ASSEMBLING, self._assemble), None
                 try:
                     yield handout
                 except GeneratorExit:
@@ -115,11 +120,17 @@ class Pass:
             reader.fill(1 if known and not round_index else 0 if known else window)
 
         self._stage(Stage.READING, read)
+        check, layout = None, self._check_layout
+        if round_index == 0 and layout is not None and self._check_period and reader.ahead:
+            held = self._held = self._stage(Stage.ASSEMBLING, self._assemble)  # the first step
+            with timed(self._stats, "check"):  # its check in this round's report
+                check = self._stage(Stage.CHECKING, lambda: plan_and_batch_records(
+                    layout, self._context.plan.global_batch_size, held.batch))
         return Report(
-            ready=len(reader.ahead), digest=reader.digest, nbytes=reader.nbytes,
+            ready=len(reader.ahead) + (self._held is not None), digest=reader.digest, nbytes=reader.nbytes,
             length=protocol.as_jsonable(reader.length) if round_index == 0 else None,
             needs_template=(self._pad and reader.signature is None and self._template is None
-                            and reader.exhausted))
+                            and reader.exhausted), check=check)
 
     def _read_between(self, left: int, window: int, count: int) -> None:
         """Reads part of the next round's window after a handout, so that the pipeline keeps
@@ -137,11 +148,12 @@ class Pass:
 
     # -- stage 2 -----------------------------------------------------------------------------
     def _decide(self, report: Report, window: int, total: int | None) -> Decision:
-        step, pad = self._step, self._pad
+        step, pad = self._agreeing, self._pad
 
         def decide(reports: Reports) -> tuple[str, bool]:
-            decision = protocol.decide(protocol.parse(reports), step=step, window=window,
-                                       pad=pad, total=total)
+            parsed = protocol.parse(reports)
+            decision = round_check.verdict(protocol.decide(
+                parsed, step=step, window=window, pad=pad, total=total), parsed)
             # a round carrying the template follows the decision that asks for it
             return decision.to_json(), decision.final and decision.template_from is None
 
@@ -155,13 +167,21 @@ class Pass:
         self._ended = decision.final  # no round follows
         if decision.error is not None:
             raise PeerFailedError(decision.error)
+        round_check.raise_if_failed(decision, self._exchange.decision_key)
+        if decision.checked and self._held is not None:
+            self._held = self._held._replace(checks="")
         return decision
+
+    @property
+    def _agreeing(self) -> int:
+        """The first step the round agrees on (the held first step is assembled already)."""
+        return int(self._step) - (self._held is not None)
 
     def _round(self, report: Report, decide: Decide) -> str:
         text = report.to_json()
         self._stats.rounds += 1
         self._stats.round_bytes += len(text)
-        decision = self._exchange.round(text, decide, where=f"step {self._step}")
+        decision = self._exchange.round(text, decide, where=f"step {self._agreeing}")
         assert decision is not None  # only a round that ends the pass has none
         return decision
 
@@ -175,7 +195,7 @@ class Pass:
         def message(reports: Reports) -> tuple[str, bool]:
             texts = {p: r.signature for p, r in protocol.parse(reports).items() if r.signature}
             readable = {p: signature.readable(t) for p, t in texts.items()}
-            return protocol.mismatch_error(self._step, readable, groups), True
+            return protocol.mismatch_error(self._agreeing, readable, groups), True
 
         self._ended = True
         raise ValueError(self._round(mine, message))
@@ -235,7 +255,7 @@ class Pass:
         try:
             return work()
         except Exception as e:
-            step = self._reader.next_step if stage is Stage.READING else self._step
+            step = self._reader.next_step if stage is Stage.READING else self._agreeing
             stage = self._doing if stage is Stage.ASSEMBLING else stage
             if self._reader.validating:  # the batch was read; its shapes cannot be assembled
                 stage = Stage.ASSEMBLING

@@ -66,6 +66,8 @@ class Report(_Compact):
       stopped: this process stopped iterating (``break``, ``close()``).
       needs_template: ``remainder="pad"``, this process has no batch and may have to pad.
       signature: the full signature, sent only in the round after a mismatch.
+      check: first round only: the records of the first step's check (plan and batch), where
+        this process assembled that step before the round (:mod:`~jaxload._src.round_check`).
     """
 
     ready: int = 0
@@ -78,6 +80,7 @@ class Report(_Compact):
     stopped: bool = False
     needs_template: bool = False
     signature: str | None = None
+    check: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +99,9 @@ class Decision(_Compact):
       template_from: ``remainder="pad"``: the process whose signature the processes without
         a batch pad with; a round carrying it follows.
       template: that signature (the decision of the round that carries it).
+      checked: the first step's check was made in this round (every process sent its
+        records); ``check_error``: the :class:`~jaxload.check.CheckError` it found (its type's
+        name and message), which every process raises.
     """
 
     count: int = 0
@@ -107,6 +113,8 @@ class Decision(_Compact):
     mismatch: dict[str, list[int]] | None = None
     template_from: int | None = None
     template: str | None = None
+    checked: bool = False
+    check_error: list[str] | None = None
 
     @property
     def final(self) -> bool:
@@ -130,7 +138,7 @@ def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,
       >>> decide({0: Report(ready=2, digest="ab"), 1: Report(ready=1, digest="ab")},
       ...        step=0, window=2, pad=False)
       Decision(count=1, more=False, window=4, total=None, error=None, stopped=None, \
-mismatch=None, template_from=None, template=None)
+mismatch=None, template_from=None, template=None, checked=False, check_error=None)
     """
     failed = {p: r for p, r in reports.items() if r.error is not None}
     if failed:
