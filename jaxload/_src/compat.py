@@ -92,9 +92,9 @@ def drops_elements(ds: Any) -> bool:
 
 def tf_graph(ds: Any, *, fail_on_external_state: bool = False) -> Any:
     """A ``tf.data.Dataset``'s graph as a ``GraphDef`` (its functions in ``library``):
-    ``ds._as_serialized_graph``. With ``fail_on_external_state`` it raises TensorFlow's
-    ``FailedPreconditionError`` naming an op whose state tf.data cannot save (a
-    ``py_function``, ...)."""
+    ``ds._as_serialized_graph``, without device placements. With ``fail_on_external_state``
+    it raises TensorFlow's ``FailedPreconditionError`` naming an op whose state tf.data cannot
+    save (a ``py_function``, ...)."""
     import tensorflow as tf
     from tensorflow.core.framework import graph_pb2
 
@@ -103,6 +103,9 @@ def tf_graph(ds: Any, *, fail_on_external_state: bool = False) -> Any:
     graph.ParseFromString(ds._as_serialized_graph(
         external_state_policy=policy.FAIL if fail_on_external_state else policy.IGNORE,
         strip_device_assignment=True).numpy())
+    for nodes in [graph.node] + [f.node_def for f in graph.library.function]:
+        for node in nodes:  # what stripping leaves (a py_function's "/device::0") fails later
+            node.device = ""
     return graph
 
 

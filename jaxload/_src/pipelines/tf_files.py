@@ -85,8 +85,8 @@ def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None
     graph = graph or DatasetGraph.of(ds)
     policy = tf.data.experimental.AutoShardPolicy
     if graph.shard_hint():
-        return compat.tf_auto_shard(ds, plan.shard_count, plan.shard_index, policy.HINT), \
-            Sharding(HINT)
+        return unwrapped(compat.tf_auto_shard(ds, plan.shard_count, plan.shard_index,
+                                              policy.HINT)), Sharding(HINT)
     if shard == ELEMENTS or (shard == "auto" and not graph.readers()):
         return None, Sharding(ELEMENTS)
     if plan.shard_count == 1 and graph.readers():  # one group reads every file
@@ -124,7 +124,23 @@ def _by_files(ds: Any, plan: Plan, graph: DatasetGraph) -> tuple[str | None, int
     if files < plan.shard_count:
         return (f"it reads {files} file{'s' * (files != 1)} for {plan.shard_count} loading "
                 "groups, and each group needs at least one", files, None)
-    return None, files, share
+    return None, files, unwrapped(share)
+
+
+def unwrapped(share: Any) -> Any:
+    """``share`` rebuilt without the options node that TensorFlow's sharding rewrite leaves on
+    top of the user's pipeline (it sets only the auto-shard policy): below the batch, an
+    options node cost tf.data about 10 us per element here (TensorFlow 2.21), a tenth of a
+    pass over cheap records. The user's own options nodes stay."""
+    graph = compat.tf_graph(share)
+    nodes = {node.name: node for node in graph.node}
+    (retval,) = [node for node in graph.node if node.op == "_Retval"]
+    top = nodes.get(retval.input[0].split(":")[0])
+    if top is None or top.op != "OptionsDataset":
+        return share
+    retval.input[0] = top.input[0]
+    graph.node.remove(top)
+    return compat.tf_from_graph(graph, share.element_spec)
 
 
 def count_files(share: Any, limit: int = 10_000_000) -> int | None:

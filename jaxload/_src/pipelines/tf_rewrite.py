@@ -49,9 +49,6 @@ def sequential_interleaves(ds: Any) -> Any:
     scopes = [graph.node] + [f.node_def for f in functions.values()]
     read_ahead: set[str] = set()
     for nodes in scopes:
-        for node in nodes:  # what stripping devices leaves (a py_function's "/device::0") fails
-            node.device = ""
-    for nodes in scopes:
         constants = {n.name: n for n in nodes if n.op == "Const"}
         for node in [n for n in nodes if n.op in PARALLEL_INTERLEAVES]:
             size = _read_ahead_size(node, constants)
