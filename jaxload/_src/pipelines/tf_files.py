@@ -135,9 +135,9 @@ def unwrapped(share: Any, graph: Any = None) -> Any:
     pass over cheap records. The user's own options nodes stay. ``graph``: ``share``'s, if
     read already (it is changed)."""
     graph = graph if graph is not None else compat.tf_graph(share)
-    nodes = {node.name: node for node in graph.node}
-    (retval,) = [node for node in graph.node if node.op == "_Retval"]
-    top = nodes.get(retval.input[0].split(":")[0])
+    retval = _retval(graph)
+    name = retval.input[0].split(":")[0]
+    top = next((node for node in graph.node if node.name == name), None)
     if top is None or top.op != "OptionsDataset":
         return share
     retval.input[0] = top.input[0]
@@ -158,13 +158,17 @@ def count_files(share: Any, limit: int = 10_000_000, graph: Any = None) -> int |
             continue
         names = type(graph)()
         names.CopyFrom(graph)
-        for other in names.node:
-            if other.op == "_Retval":
-                other.input[0] = node.input[0]
+        _retval(names).input[0] = node.input[0]
         files = compat.tf_from_graph(names, tf.TensorSpec([], tf.string))
         n = int(files.cardinality())
         counts.append(n if n >= 0 else sum(1 for _ in files.take(limit)))
     return min(counts) if counts else None
+
+
+def _retval(graph: Any) -> Any:
+    """The node whose input is the dataset a ``GraphDef`` of :func:`compat.tf_graph` returns."""
+    (retval,) = [node for node in graph.node if node.op == "_Retval"]
+    return retval
 
 
 def _sources(graph: DatasetGraph) -> set[str]:
