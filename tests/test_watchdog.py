@@ -82,6 +82,37 @@ def test_a_stuck_read_is_a_failure_with_the_stack_of_its_thread():
         dog._stop()
 
 
+def test_a_failure_learned_after_its_pass_closed_is_handled_as_that_pass_asked():
+    # Process 0 leaves pass A (on_failure="raise") through the agreement before its watchdog
+    # reads process 1's alarm, and has opened pass B (on_failure="exit") by then: the late
+    # failure of A must not start B's exit timer (it would end process 0 after a failure the
+    # program chose to catch).
+    store = MemoryStore()
+    a, b = store.transports(2)
+    dog = Watchdog(a, wake_s=5.0)
+    dog.opened("jaxload/loader/x/pass/0", "raise", 0.0)
+    dog.closed("jaxload/loader/x/pass/0")
+    dog.opened("jaxload/loader/y/pass/0", "exit", 3600.0)
+    dog.start()
+    failing = Watchdog(b)
+    failing.opened("jaxload/loader/x/pass/0", "raise", 0.0)
+    failing.publish(Failure(1, "loading", 2, "ValueError: corrupt record 21",
+                            "jaxload/loader/x/pass/0"))
+    _until(lambda: dog.failure is not None)
+    assert dog.failure_mode == ("raise", 0.0)
+    assert "jaxload-exit" not in [t.name for t in threading.enumerate()]
+    assert dog.interruption("jaxload/loader/y/pass/0") is None  # B goes on
+    dog._stop()
+
+
+def test_the_modes_of_closed_passes_are_bounded():
+    dog = Watchdog(None)
+    for k in range(1000):
+        dog.opened(f"jaxload/loader/x/pass/{k}", "raise", 0.0)
+        dog.closed(f"jaxload/loader/x/pass/{k}")
+    assert len(dog._modes) <= 64 and "jaxload/loader/x/pass/999" in dog._modes
+
+
 def test_reads_within_their_limit_are_not_failures():
     dogs = _watchdogs(2, wake_s=0.05)
     for step in range(20):

@@ -4,9 +4,9 @@ Between the step agreement's rounds the processes are inside the training step's
 where no exchange reaches them: a process that fails there leaves the others waiting forever in
 an all-reduce it never joins. So each process runs one **watchdog** thread, started with its first
 pass, that sits in a blocking read of its own *alarm* key in the coordination service
-(``jaxload/alarm/<process>``). The read returns at once when the key is written, and otherwise
-every :data:`WAKE_S` seconds: one small RPC per process per 10 s, JAX's own heartbeat rate,
-whatever the step rate.
+(``jaxload/alarm/<process>``). The read returns at once when the key is written, else every
+:data:`WAKE_S` seconds: one small RPC per process per 10 s (JAX's heartbeat rate), whatever the
+step rate.
 
 What happens on a failure (:func:`publish`):
 
@@ -19,12 +19,13 @@ What happens on a failure (:func:`publish`):
 3. With ``on_failure="exit"`` (the default) the watchdog ends its process ``exit_grace_s``
    seconds after learning of the failure, if the process is still running then: its main thread
    may be inside a collective that will never complete. It prints the cause and calls
-   ``os._exit(1)``, as JAX itself does when a heartbeat is missed. A process that ends before
-   (the exception propagated out of the loop) also leaves with exit code 1, skipping
-   ``jax.distributed``'s shutdown barrier, which waits for peers that are stuck in a collective.
-   With ``on_failure="raise"`` nothing ends the process: the loop's next ``next()`` raises, and
-   what follows is the program's own business. A single process (no peers to wait for) is
-   never ended either: it raises.
+   ``os._exit(1)``, as JAX does when a heartbeat is missed. A process that ends before (the
+   exception propagated out of the loop) also leaves with exit code 1, skipping
+   ``jax.distributed``'s shutdown barrier, which waits for peers stuck in a collective. With
+   ``on_failure="raise"`` nothing ends the process: the loop's next ``next()`` raises, and what
+   follows is the program's own business; nor is a single process ever ended (no peers wait for
+   it). The failed pass's own ``on_failure`` decides, also on a process that learns of the
+   failure after leaving that pass.
 
 The watchdog also watches the pipeline: a batch that takes longer than ``timeout_s`` to read (the
 first batch of a pass: :data:`FIRST_BATCH_FACTOR` times as long) is a failure that names the
@@ -64,6 +65,7 @@ __all__ = ("FIRST_BATCH_FACTOR", "WAKE_S", "Watchdog", "this_process")
 WAKE_S = 10.0  # the longest a watchdog's blocking read lasts: one RPC per process per WAKE_S
 FIRST_BATCH_FACTOR = 3  # the first batch of a pass may take this many times timeout_s
 _STOP = "stop"
+_MODES_KEPT = 64
 
 
 class _Read:
@@ -89,6 +91,8 @@ class Watchdog:
         self._lock = threading.Lock()
         self._reads: dict[int, _Read] = {}
         self._open: dict[str, tuple[str, float]] = {}  # open passes -> (on_failure, grace)
+        # every pass's mode (the newest _MODES_KEPT): a failure learned after its pass closed
+        self._modes: dict[str, tuple[str, float]] = {}  # is handled as that pass asked
         self._last_mode: tuple[str, float] = ("exit", DEFAULT_EXIT_GRACE_S)
         self._last_exchange = ""
         self.failure: Failure | None = None  # the latest failure this process learned of
@@ -116,8 +120,10 @@ class Watchdog:
 
     # opened/closed take no lock (dict operations are atomic): closed() runs in finalizers
     def opened(self, exchange: str, on_failure: str, grace_s: float) -> None:
-        self._open[exchange] = self._last_mode = (on_failure, grace_s)
+        self._open[exchange] = self._modes[exchange] = self._last_mode = (on_failure, grace_s)
         self._last_exchange = exchange
+        if len(self._modes) > _MODES_KEPT:
+            del self._modes[next(iter(self._modes))]
 
     def closed(self, exchange: str) -> None:
         self._open.pop(exchange, None)
@@ -237,8 +243,8 @@ class Watchdog:
         end_process(self._transport, message, self._own_error if own_error else None,
                     self.failure_mode[1])
 
-    def _mode(self, failure: Failure | None) -> tuple[str, float]:
-        return self._open.get(failure.exchange if failure else "", self._last_mode)
+    def _mode(self, failure: Failure | None) -> tuple[str, float]:  # as its pass asked
+        return self._modes.get(failure.exchange if failure else "", self._last_mode)
 
     # -- exit --------------------------------------------------------------------------------
     def _at_exit(self) -> None:
@@ -248,16 +254,13 @@ class Watchdog:
         uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         if uncaught is not None and uncaught is not self._own_error and not isinstance(
                 uncaught, (PeerFailedError, PipelineStuckError)):
-            # The loop may be gone already (the exception unwound it), so any uncaught
-            # exception of a process that used a loader counts: the others may be waiting
-            # for it in a collective.
+            # the loop may be gone (the exception unwound it): any uncaught exception counts
             self.publish(Failure(self.process_index, "running the program", None,
                                  f"the process ended with an uncaught "
                                  f"{type(uncaught).__name__}: {uncaught}", self._last_exchange))
         failure = self.failure
-        if failure is not None and self._transport is not None:
-            if self.failure_mode[0] == "exit":
-                self._end(f"jaxload: process {self.process_index} ends (exit code {EXIT_CODE}) "
+        if failure is not None and self._transport is not None and self.failure_mode[0] == "exit":
+            self._end(f"jaxload: process {self.process_index} ends (exit code {EXIT_CODE}) "
                           f"after: {failure.text.splitlines()[0]}")
         self._stop()
 
