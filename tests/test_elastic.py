@@ -352,3 +352,39 @@ def test_import_jaxload_does_not_import_orbax():
     code = ("import sys, jaxload; assert 'orbax.checkpoint' not in sys.modules; "
             "jaxload.checkpoint.CheckpointHandler; assert 'orbax.checkpoint' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def slow_process_saves(directory: str) -> list[str]:
+    """Every process saves the loader with Orbax v1; process 1's file is written 3 s late (a slow
+    file system). Returns the files of the committed checkpoint, as this process sees them."""
+    import time
+
+    import jax
+    import orbax.checkpoint as ocp
+
+    from jaxload._src import checkpoint_files
+
+    loader = jaxload.from_grain(grain_ds(), jaxload.data_parallel(), global_batch_size=16)
+    state_after(loader, 2)
+    state_file = checkpoint_files.state_file
+
+    def late(*args):
+        time.sleep(3)
+        return state_file(*args)
+
+    if jax.process_index() == 1:
+        checkpoint_files.state_file = late
+    try:
+        ocp.v1.save_checkpointables(directory, {"loader": loader})
+    finally:
+        checkpoint_files.state_file = state_file
+    return sorted(p.name for p in (Path(directory) / "loader").iterdir())
+
+
+@pytest.mark.cluster
+def test_an_orbax_v1_checkpoint_waits_for_every_process_file(clusters, tmp_path):
+    # Orbax's primary process commits once its own writes are done: a slower process's file
+    # must still be in the checkpoint, not written into a directory already renamed
+    seen = clusters.run(slow_process_saves, num_processes=2, local_devices=2,
+                        args=(str(tmp_path / "ckpt"),), timeout_s=120)
+    assert seen == [["process_0-of-2.json", "process_1-of-2.json"]] * 2

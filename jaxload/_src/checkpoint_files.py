@@ -7,6 +7,7 @@ does not import :mod:`jaxload._src.loader`, which imports it through ``Checkpoin
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Coroutine
@@ -14,12 +15,15 @@ from typing import Any, Protocol
 
 import jax
 
+from jaxload._src import compat, whereabouts
+
 try:
     from etils import epath
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("jaxload.checkpoint needs orbax-checkpoint: pip install jaxload[orbax]") from e
 
 _FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
+WRITTEN_TIMEOUT_S = 600.0  # how long a save waits for the slowest process's file (Orbax's own)
 
 
 class Stateful(Protocol):
@@ -70,18 +74,37 @@ def saved_state(directory: Any) -> dict[str, Any]:
 
 async def save_v1(loader: Stateful, directory: Any) -> Coroutine[Any, Any, None]:
     """Orbax v1 (``StatefulCheckpointable.save``): the state is taken now, on the calling thread;
-    the returned awaitable writes this process's file once Orbax has created the directory.
+    the returned awaitable writes this process's file once Orbax has created the directory, and
+    returns once every process has written its own.
+
+    Orbax's primary process commits the checkpoint (renames its temporary directory) as soon as
+    its own background work is done, so a handler that writes on every process must wait for
+    the others itself (Orbax's own PyTree handler does): otherwise a slower process writes into a
+    directory already renamed, and the checkpoint lacks its file.
 
     Orbax calls it through :meth:`jaxload.Loader.save` (whose docstring has the example).
     """
     state = loader.get_state()
+    # named alike on every process without a message: each counts its saves (the directory
+    # keeps the name new where the count starts again, as between a warm test cluster's calls)
+    count = whereabouts.CREATED.new("checkpoint-written", "").ordinal
+    barrier = f"jaxload/checkpoint-written/{count}@{getattr(directory, 'path', directory)}"
 
     async def write() -> None:
         path = await directory.await_creation()
-        state_file(path, jax.process_index(), jax.process_count()).write_text(
-            json.dumps(state, indent=1))
+        file = state_file(path, jax.process_index(), jax.process_count())
+        await asyncio.to_thread(file.write_text, json.dumps(state, indent=1))
+        await asyncio.to_thread(_all_written, barrier)
 
     return write()
+
+
+def _all_written(barrier: str) -> None:
+    """Waits until every process has written its file (JAX's barrier; nothing is kept in the
+    store); at once on one process."""
+    client = compat.distributed_client()
+    if client is not None and jax.process_count() > 1:
+        client.wait_at_barrier(barrier, int(WRITTEN_TIMEOUT_S * 1000))
 
 
 async def load_v1(loader: Stateful, directory: Any) -> Coroutine[Any, Any, None]:
