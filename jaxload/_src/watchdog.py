@@ -83,8 +83,7 @@ class Watchdog:
     ``transport`` is None in a single-process run: failures are then only this process's own.
     """
 
-    def __init__(self, transport: Transport | None, process_index: int = 0,
-                 wake_s: float = WAKE_S):
+    def __init__(self, transport: Transport | None, process_index: int = 0, wake_s: float = WAKE_S):
         self._transport = transport
         self.process_index = process_index if transport is None else transport.process_index
         self._wake_s = wake_s
@@ -118,14 +117,14 @@ class Watchdog:
             atexit.register(self._at_exit)
             self._thread.start()
 
-    # opened/closed take no lock (dict operations are atomic): closed() runs in finalizers
     def opened(self, exchange: str, on_failure: str, grace_s: float) -> None:
-        self._open[exchange] = self._modes[exchange] = self._last_mode = (on_failure, grace_s)
-        self._last_exchange = exchange
-        if len(self._modes) > _MODES_KEPT:
-            del self._modes[next(iter(self._modes))]
+        with self._lock:
+            self._open[exchange] = self._modes[exchange] = self._last_mode = (on_failure, grace_s)
+            self._last_exchange = exchange
+            if len(self._modes) > _MODES_KEPT:
+                del self._modes[next(iter(self._modes))]
 
-    def closed(self, exchange: str) -> None:
+    def closed(self, exchange: str) -> None:  # no lock (dict operations are atomic): finalizers
         self._open.pop(exchange, None)
         self._failures.pop(exchange, None)
 
