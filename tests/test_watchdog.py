@@ -10,6 +10,7 @@ import time
 import pytest
 
 from jaxload._src.agreement import PeerFailedError
+from jaxload._src.failure_modes import KEPT, FailureModes
 from jaxload._src.failures import Failure, PipelineStuckError, check_on_failure
 from jaxload._src.transport import MemoryStore
 from jaxload._src.watchdog import Watchdog
@@ -105,12 +106,44 @@ def test_a_failure_learned_after_its_pass_closed_is_handled_as_that_pass_asked()
     dog._stop()
 
 
+def test_a_failure_learned_before_its_pass_opened_is_decided_when_it_opens():
+    # Process 1 fails at the first step of pass B (on_failure="raise") before process 0 has
+    # opened B; process 0's last pass A asked for "exit". B's mode decides, once B opens.
+    store = MemoryStore()
+    a, b = store.transports(2)
+    dog = Watchdog(a, wake_s=5.0)
+    dog.opened("jaxload/loader/a/pass/0", "exit", 3600.0)
+    dog.closed("jaxload/loader/a/pass/0")
+    dog.start()
+    failing = Watchdog(b)
+    failing.opened("jaxload/loader/b/pass/0", "raise", 0.0)
+    failing.publish(Failure(1, "loading", 0, "OSError: no such file", "jaxload/loader/b/pass/0"))
+    _until(lambda: dog.failure is not None)
+    assert "jaxload-exit" not in [t.name for t in threading.enumerate()]  # not decided yet
+    dog.opened("jaxload/loader/b/pass/0", "raise", 0.0)
+    assert dog.failure_mode == ("raise", 0.0)
+    assert "jaxload-exit" not in [t.name for t in threading.enumerate()]
+    assert isinstance(dog.interruption("jaxload/loader/b/pass/0"), PeerFailedError)
+    dog._stop()
+
+    # the same failure where B asks for "exit": the timer starts when B opens
+    dog = Watchdog(a, wake_s=5.0)
+    dog._learn(Failure(1, "loading", 0, "OSError: no such file", "jaxload/loader/c/pass/0"))
+    assert "jaxload-exit" not in [t.name for t in threading.enumerate()]
+    dog._exiting = True  # the timer returns instead of ending this test process
+    dog.opened("jaxload/loader/c/pass/0", "exit", 0.05)
+    assert dog.failure_mode == ("exit", 0.05)
+    assert "jaxload-exit" in [t.name for t in threading.enumerate()]
+    _until(lambda: "jaxload-exit" not in [t.name for t in threading.enumerate()])
+
+
 def test_the_modes_of_closed_passes_are_bounded():
-    dog = Watchdog(None)
+    modes = FailureModes()
     for k in range(1000):
-        dog.opened(f"jaxload/loader/x/pass/{k}", "raise", 0.0)
-        dog.closed(f"jaxload/loader/x/pass/{k}")
-    assert len(dog._modes) <= 64 and "jaxload/loader/x/pass/999" in dog._modes
+        modes.opened(f"jaxload/loader/x/pass/{k}", "raise", 0.0)
+        modes.closed(f"jaxload/loader/x/pass/{k}")
+    assert len(modes) == KEPT and modes.known("jaxload/loader/x/pass/999")
+    assert not modes.known("jaxload/loader/x/pass/0") and not modes.open
 
 
 def test_reads_within_their_limit_are_not_failures():

@@ -16,25 +16,23 @@ What happens on a failure (:func:`publish`):
 2. Each watchdog wakes, records the failure and acknowledges it. The loop's next ``next()`` on
    that process raises :class:`~jaxload.PeerFailedError` naming the process, the stage and the
    original message; a loop waiting for a prefetched batch is woken for it.
-3. With ``on_failure="exit"`` (the default) the watchdog ends its process ``exit_grace_s``
-   seconds after learning of the failure, if the process is still running then: its main thread
-   may be inside a collective that will never complete. It prints the cause and calls
-   ``os._exit(1)``, as JAX does when a heartbeat is missed. A process that ends before (the
-   exception propagated out of the loop) also leaves with exit code 1, skipping
-   ``jax.distributed``'s shutdown barrier, which waits for peers stuck in a collective. With
-   ``on_failure="raise"`` nothing ends the process: the loop's next ``next()`` raises, and what
-   follows is the program's own business; nor is a single process ever ended (no peers wait for
-   it). The failed pass's own ``on_failure`` decides, also on a process that learns of the
-   failure after leaving that pass.
+3. With ``on_failure="exit"`` (the default) the watchdog ends its process ``exit_grace_s`` seconds
+   after learning of the failure, if the process is still running then: its main thread may be
+   inside a collective that will never complete. It prints the cause and calls ``os._exit(1)``, as
+   JAX does on a missed heartbeat. A process that ends before (the exception propagated out of the
+   loop) also leaves with exit code 1, skipping ``jax.distributed``'s shutdown barrier, which waits
+   for peers stuck in a collective. With ``on_failure="raise"`` nothing ends the process: the
+   loop's next ``next()`` raises, and what follows is the program's own business; nor is a single
+   process ever ended (no peers wait for it). The failed pass's own ``on_failure`` decides,
+   whenever the failure arrives (:mod:`jaxload._src.failure_modes`).
 
 The watchdog also watches the pipeline: a batch that takes longer than ``timeout_s`` to read (the
 first batch of a pass: :data:`FIRST_BATCH_FACTOR` times as long) is a failure that names the
-pipeline as stuck and carries the stack of the thread it is stuck in. And a process that has
-used a loader and ends with an uncaught exception publishes that exception at exit (by then the
-exception has already unwound the loop, so "while a loader is active" cannot be told apart from
-"after it"; the others may be waiting for this process in a collective either way).
-A process that is killed cannot say anything: JAX's heartbeat (``heartbeat_timeout_s``, 100 s by
-default) or ``jaxload launch`` ends the others.
+pipeline as stuck, with the stack of the thread it is stuck in. A process that has used a loader
+and ends with an uncaught exception publishes it at exit (it has unwound the loop by then, so
+"while a loader is active" cannot be told from "after it"; the others may wait for this process in
+a collective either way). A process that is killed cannot say anything: JAX's heartbeat
+(``heartbeat_timeout_s``, 100 s by default) or ``jaxload launch`` ends the others.
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
-from jaxload._src.defaults import DEFAULT_EXIT_GRACE_S
+from jaxload._src.failure_modes import FailureModes
 from jaxload._src.failures import (
     EXIT_CODE,
     Failure,
@@ -65,7 +63,6 @@ __all__ = ("FIRST_BATCH_FACTOR", "WAKE_S", "Watchdog", "this_process")
 WAKE_S = 10.0  # the longest a watchdog's blocking read lasts: one RPC per process per WAKE_S
 FIRST_BATCH_FACTOR = 3  # the first batch of a pass may take this many times timeout_s
 _STOP = "stop"
-_MODES_KEPT = 64
 
 
 class _Read:
@@ -89,11 +86,7 @@ class Watchdog:
         self._wake_s = wake_s
         self._lock = threading.Lock()
         self._reads: dict[int, _Read] = {}
-        self._open: dict[str, tuple[str, float]] = {}  # open passes -> (on_failure, grace)
-        # every pass's mode (the newest _MODES_KEPT): a failure learned after its pass closed
-        self._modes: dict[str, tuple[str, float]] = {}  # is handled as that pass asked
-        self._last_mode: tuple[str, float] = ("exit", DEFAULT_EXIT_GRACE_S)
-        self._last_exchange = ""
+        self.modes = FailureModes()  # each pass's on_failure and exit_grace_s
         self.failure: Failure | None = None  # the latest failure this process learned of
         self._failures: dict[str, Failure] = {}  # by pass (exchange); "" for the whole process
         self._own_error: BaseException | None = None  # this process's exception, if it failed
@@ -118,14 +111,15 @@ class Watchdog:
             self._thread.start()
 
     def opened(self, exchange: str, on_failure: str, grace_s: float) -> None:
-        with self._lock:
-            self._open[exchange] = self._modes[exchange] = self._last_mode = (on_failure, grace_s)
-            self._last_exchange = exchange
-            if len(self._modes) > _MODES_KEPT:
-                del self._modes[next(iter(self._modes))]
+        self.modes.opened(exchange, on_failure, grace_s)
+        with self._lock:  # a failure learned before the pass opened here is decided now
+            early = self._failures.get(exchange)
+            grace = None if early is None else self._decide(early)
+        if early is not None and grace is not None:
+            self._exit_in(grace, early)
 
     def closed(self, exchange: str) -> None:  # no lock (dict operations are atomic): finalizers
-        self._open.pop(exchange, None)
+        self.modes.closed(exchange)
         self._failures.pop(exchange, None)
 
     @contextmanager
@@ -219,13 +213,21 @@ class Watchdog:
                 return
             self.failure = failure
             self._failures[failure.exchange] = failure  # what that pass's next() raises
-            on_failure, grace_s = self.failure_mode = self._mode(failure)
-            # a lone process raises only: no peer can leave it inside a collective
-            ends = on_failure == "exit" and self._transport is not None and not self._ending
-            self._ending = self._ending or ends
-        if ends:
-            threading.Thread(target=self._exit_later, args=(failure, grace_s),
-                             name="jaxload-exit", daemon=True).start()
+            grace = self._decide(failure) if self.modes.known(failure.exchange) else None
+        if grace is not None:
+            self._exit_in(grace, failure)
+
+    def _decide(self, failure: Failure) -> float | None:
+        """Takes ``failure``'s mode (the lock held); the grace if it starts the exit timer."""
+        on_failure, grace_s = self.failure_mode = self.modes.of(failure.exchange)
+        # a lone process raises only: no peer can leave it inside a collective
+        ends = on_failure == "exit" and self._transport is not None and not self._ending
+        self._ending = self._ending or ends
+        return grace_s if ends else None
+
+    def _exit_in(self, grace_s: float, failure: Failure) -> None:
+        threading.Thread(target=self._exit_later, args=(failure, grace_s), name="jaxload-exit",
+                         daemon=True).start()
 
     def _exit_later(self, failure: Failure, grace_s: float) -> None:
         time.sleep(grace_s)
@@ -242,9 +244,6 @@ class Watchdog:
         end_process(self._transport, message, self._own_error if own_error else None,
                     self.failure_mode[1])
 
-    def _mode(self, failure: Failure | None) -> tuple[str, float]:  # as its pass asked
-        return self._modes.get(failure.exchange if failure else "", self._last_mode)
-
     # -- exit --------------------------------------------------------------------------------
     def _at_exit(self) -> None:
         """At interpreter exit: announce an uncaught exception of an open pass, skip the
@@ -255,11 +254,13 @@ class Watchdog:
                 uncaught, (PeerFailedError, PipelineStuckError)):
             # the loop may be gone (the exception unwound it): any uncaught exception counts
             self.publish(Failure(self.process_index, "running the program", None,
-                                 f"the process ended with an uncaught "
-                                 f"{type(uncaught).__name__}: {uncaught}", self._last_exchange))
+                                 f"the process ended with an uncaught {type(uncaught).__name__}: "
+                                 f"{uncaught}", self.modes.last_exchange))
         failure = self.failure
-        if failure is not None and self._transport is not None and self.failure_mode[0] == "exit":
-            self._end(f"jaxload: process {self.process_index} ends (exit code {EXIT_CODE}) "
+        if failure is not None and self._transport is not None:
+            self.failure_mode = self.modes.of(failure.exchange)  # decided now if not yet
+            if self.failure_mode[0] == "exit":
+                self._end(f"jaxload: process {self.process_index} ends (exit code {EXIT_CODE}) "
                           f"after: {failure.text.splitlines()[0]}")
         self._stop()
 
@@ -288,7 +289,7 @@ def forget_this_process() -> list[str]:
     watchdog = _this_process.pop()
     atexit.unregister(watchdog._at_exit)
     watchdog._stop()
-    return sorted(watchdog._open)
+    return sorted(watchdog.modes.open)
 
 
 def this_process() -> Watchdog:
