@@ -83,58 +83,58 @@ def test_a_stuck_read_is_a_failure_with_the_stack_of_its_thread():
         dog._stop()
 
 
+def _exiting() -> bool:
+    return "jaxload-exit" in [t.name for t in threading.enumerate()]
+
+
+def _peer_fails_in(exchange: str, opened_here: list[tuple[str, str, float, bool]]) -> Watchdog:
+    """Process 0's watchdog after it opened (and closed, if so marked) ``opened_here`` and
+    learned that process 1 failed in ``exchange`` (a pass with on_failure="raise")."""
+    a, b = MemoryStore().transports(2)
+    dog = Watchdog(a, wake_s=5.0)
+    for name, on_failure, grace, closed in opened_here:
+        dog.opened(name, on_failure, grace)
+        if closed:
+            dog.closed(name)
+    dog.start()
+    failing = Watchdog(b)
+    failing.opened(exchange, "raise", 0.0)
+    failing.publish(Failure(1, "loading", 0, "OSError: no such file", exchange))
+    _until(lambda: dog.failure is not None)
+    return dog
+
+
 def test_a_failure_learned_after_its_pass_closed_is_handled_as_that_pass_asked():
     # Process 0 leaves pass A (on_failure="raise") through the agreement before its watchdog
     # reads process 1's alarm, and has opened pass B (on_failure="exit") by then: the late
     # failure of A must not start B's exit timer (it would end process 0 after a failure the
     # program chose to catch).
-    store = MemoryStore()
-    a, b = store.transports(2)
-    dog = Watchdog(a, wake_s=5.0)
-    dog.opened("jaxload/loader/x/pass/0", "raise", 0.0)
-    dog.closed("jaxload/loader/x/pass/0")
-    dog.opened("jaxload/loader/y/pass/0", "exit", 3600.0)
-    dog.start()
-    failing = Watchdog(b)
-    failing.opened("jaxload/loader/x/pass/0", "raise", 0.0)
-    failing.publish(Failure(1, "loading", 2, "ValueError: corrupt record 21",
-                            "jaxload/loader/x/pass/0"))
-    _until(lambda: dog.failure is not None)
-    assert dog.failure_mode == ("raise", 0.0)
-    assert "jaxload-exit" not in [t.name for t in threading.enumerate()]
-    assert dog.interruption("jaxload/loader/y/pass/0") is None  # B goes on
+    a, b = "jaxload/loader/a/pass/0", "jaxload/loader/b/pass/0"
+    dog = _peer_fails_in(a, [(a, "raise", 0.0, True), (b, "exit", 3600.0, False)])
+    assert dog.failure_mode == ("raise", 0.0) and not _exiting()
+    assert dog.interruption(b) is None  # B goes on
     dog._stop()
 
 
 def test_a_failure_learned_before_its_pass_opened_is_decided_when_it_opens():
     # Process 1 fails at the first step of pass B (on_failure="raise") before process 0 has
     # opened B; process 0's last pass A asked for "exit". B's mode decides, once B opens.
-    store = MemoryStore()
-    a, b = store.transports(2)
-    dog = Watchdog(a, wake_s=5.0)
-    dog.opened("jaxload/loader/a/pass/0", "exit", 3600.0)
-    dog.closed("jaxload/loader/a/pass/0")
-    dog.start()
-    failing = Watchdog(b)
-    failing.opened("jaxload/loader/b/pass/0", "raise", 0.0)
-    failing.publish(Failure(1, "loading", 0, "OSError: no such file", "jaxload/loader/b/pass/0"))
-    _until(lambda: dog.failure is not None)
-    assert "jaxload-exit" not in [t.name for t in threading.enumerate()]  # not decided yet
-    dog.opened("jaxload/loader/b/pass/0", "raise", 0.0)
-    assert dog.failure_mode == ("raise", 0.0)
-    assert "jaxload-exit" not in [t.name for t in threading.enumerate()]
-    assert isinstance(dog.interruption("jaxload/loader/b/pass/0"), PeerFailedError)
+    a, b = "jaxload/loader/a/pass/0", "jaxload/loader/b/pass/0"
+    dog = _peer_fails_in(b, [(a, "exit", 3600.0, True)])
+    assert not _exiting()  # not decided yet
+    dog.opened(b, "raise", 0.0)
+    assert dog.failure_mode == ("raise", 0.0) and not _exiting()
+    assert isinstance(dog.interruption(b), PeerFailedError)
     dog._stop()
 
     # the same failure where B asks for "exit": the timer starts when B opens
-    dog = Watchdog(a, wake_s=5.0)
+    dog = Watchdog(MemoryStore().transports(2)[0], wake_s=5.0)
     dog._learn(Failure(1, "loading", 0, "OSError: no such file", "jaxload/loader/c/pass/0"))
-    assert "jaxload-exit" not in [t.name for t in threading.enumerate()]
+    assert not _exiting()
     dog._exiting = True  # the timer returns instead of ending this test process
     dog.opened("jaxload/loader/c/pass/0", "exit", 0.05)
-    assert dog.failure_mode == ("exit", 0.05)
-    assert "jaxload-exit" in [t.name for t in threading.enumerate()]
-    _until(lambda: "jaxload-exit" not in [t.name for t in threading.enumerate()])
+    assert dog.failure_mode == ("exit", 0.05) and _exiting()
+    _until(lambda: not _exiting())
 
 
 def test_the_modes_of_closed_passes_are_bounded():
