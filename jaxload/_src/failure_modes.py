@@ -28,29 +28,30 @@ from jaxload._src.defaults import DEFAULT_EXIT_GRACE_S
 __all__ = ("KEPT", "FailureModes")
 
 KEPT = 64  # the modes of this many passes opened last are kept (one per pass: bounded)
+_NONE_OPENED = ("exit", DEFAULT_EXIT_GRACE_S)  # the default, before any pass opened
 
 
 class FailureModes:
-    """The ``(on_failure, exit_grace_s)`` of the passes this process opened: the open ones
-    (:attr:`open`) and the newest :data:`KEPT` of all."""
+    """The ``(on_failure, exit_grace_s)`` of the newest :data:`KEPT` passes this process
+    opened, and which of them are still open (:attr:`open`)."""
 
     def __init__(self) -> None:
-        self.open: dict[str, tuple[str, float]] = {}  # closed() pops without the lock
+        self.open: set[str] = set()  # closed() discards without the lock
         self._all: dict[str, tuple[str, float]] = {}
-        self.last: tuple[str, float] = ("exit", DEFAULT_EXIT_GRACE_S)
-        self.last_exchange = ""
+        self.last_exchange = ""  # the pass opened last (its mode is the newest in _all)
         self._lock = threading.Lock()
 
     def opened(self, exchange: str, on_failure: str, grace_s: float) -> None:
         with self._lock:
-            self.open[exchange] = self._all[exchange] = self.last = (on_failure, grace_s)
+            self.open.add(exchange)
+            self._all[exchange] = (on_failure, grace_s)
             self.last_exchange = exchange
             if len(self._all) > KEPT:
                 del self._all[next(iter(self._all))]
 
     def closed(self, exchange: str) -> None:
         """No lock (a dict operation is atomic): it runs in finalizers."""
-        self.open.pop(exchange, None)
+        self.open.discard(exchange)
 
     def known(self, exchange: str) -> bool:
         """Whether a failure of ``exchange`` can be decided now: its pass was opened here, or
@@ -59,7 +60,7 @@ class FailureModes:
 
     def of(self, exchange: str) -> tuple[str, float]:
         """The mode of ``exchange``'s pass; the last pass's where it is not known."""
-        return self._all.get(exchange, self.last)
+        return self._all.get(exchange) or self._all.get(self.last_exchange, _NONE_OPENED)
 
     def __len__(self) -> int:
         return len(self._all)

@@ -113,10 +113,8 @@ class Watchdog:
     def opened(self, exchange: str, on_failure: str, grace_s: float) -> None:
         self.modes.opened(exchange, on_failure, grace_s)
         with self._lock:  # a failure learned before the pass opened here is decided now
-            early = self._failures.get(exchange)
-            grace = None if early is None else self._decide(early)
-        if early is not None and grace is not None:
-            self._exit_in(grace, early)
+            if exchange in self._failures:
+                self._decide(self._failures[exchange])
 
     def closed(self, exchange: str) -> None:  # no lock (dict operations are atomic): finalizers
         self.modes.closed(exchange)
@@ -213,21 +211,18 @@ class Watchdog:
                 return
             self.failure = failure
             self._failures[failure.exchange] = failure  # what that pass's next() raises
-            grace = self._decide(failure) if self.modes.known(failure.exchange) else None
-        if grace is not None:
-            self._exit_in(grace, failure)
+            if self.modes.known(failure.exchange):
+                self._decide(failure)
 
-    def _decide(self, failure: Failure) -> float | None:
-        """Takes ``failure``'s mode (the lock held); the grace if it starts the exit timer."""
+    def _decide(self, failure: Failure) -> None:
+        """Takes ``failure``'s mode (the lock held); with "exit" starts the exit timer (its
+        thread never takes the lock)."""
         on_failure, grace_s = self.failure_mode = self.modes.of(failure.exchange)
         # a lone process raises only: no peer can leave it inside a collective
-        ends = on_failure == "exit" and self._transport is not None and not self._ending
-        self._ending = self._ending or ends
-        return grace_s if ends else None
-
-    def _exit_in(self, grace_s: float, failure: Failure) -> None:
-        threading.Thread(target=self._exit_later, args=(failure, grace_s), name="jaxload-exit",
-                         daemon=True).start()
+        if on_failure == "exit" and self._transport is not None and not self._ending:
+            self._ending = True
+            threading.Thread(target=self._exit_later, args=(failure, grace_s),
+                             name="jaxload-exit", daemon=True).start()
 
     def _exit_later(self, failure: Failure, grace_s: float) -> None:
         time.sleep(grace_s)
