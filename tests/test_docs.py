@@ -1,5 +1,8 @@
-"""The API reference (``make docs``) builds without a warning, offline, and documents every public
-name with an example.
+"""The docs: README.md and the pages under docs/ (the guides), and the site ``make docs`` builds.
+
+Every Python block of README.md and docs/ runs (or, marked ``<!-- fragment -->``, compiles),
+every relative link resolves, the README stays short, and the site builds without a warning,
+offline, documenting every public name with an example.
 
 The examples themselves run with ``pytest --doctest-modules jaxload`` (``make doctest``); those
 that doctest does not find (an attribute's docstring) run here. The tests that build the site or
@@ -150,3 +153,121 @@ def test_cli_page_lists_every_option():
             for option in action.option_strings:
                 if option not in ("-h", "--help"):
                     assert f"`{option}" in page, f"jaxload {command} {option} is not in cli.md"
+
+
+# --- the pages: README.md, the guides and the other Markdown files of the repository -------------
+
+PAGES = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").rglob("*.md"),
+                *(ROOT / "benchmarks").glob("*.md")])
+GUIDES = [p for p in PAGES if p.name != "CHANGELOG.md" and "benchmarks" not in p.parts]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+MARK = re.compile(r"<!-- (fragment|run: launch -n (\d+) --local-devices (\d+)) -->\s*$")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+LAB_NOTES = re.compile(r"used to|earlier versions|this is a change|before this change|no gpu|2-core",
+                       re.I)
+
+
+def _python_blocks() -> list[tuple[str, int, str, str]]:
+    """(page, line, how it is tested, code) of every Python block of the guides."""
+    blocks = []
+    for page in GUIDES:
+        text = page.read_text()
+        for m in FENCE.finditer(text):
+            if m.group(1) != "python":
+                continue
+            before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            mark = MARK.search(before)
+            code = m.group(2)
+            if mark and mark.group(1) == "fragment":
+                how = "fragment"
+            elif mark:
+                how = f"launch {mark.group(2)} {mark.group(3)}"
+            elif code.lstrip().startswith(">>>"):
+                how = "doctest"
+            else:
+                how = "python"
+            line = text[:m.start()].count("\n") + 1
+            blocks.append((str(page.relative_to(ROOT)), line, how, code))
+    return blocks
+
+
+BLOCKS = _python_blocks()
+
+
+def test_readme_is_short_and_starts_with_install_and_code():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; move detail into docs/guides/"
+    head = "\n".join(lines[:80])
+    assert 'pip install "jaxload[tf]"' in head and "```python" in head
+
+
+def test_the_pages_tell_no_history():
+    """What changed, and measurements' circumstances, belong in CHANGELOG.md and benchmarks/."""
+    found = [f"{page.relative_to(ROOT)}:{i + 1}: {line.strip()}" for page in GUIDES
+             for i, line in enumerate(page.read_text().splitlines()) if LAB_NOTES.search(line)]
+    assert not found, "\n".join(found)
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a Markdown page's headings, as GitHub and mkdocs' toc both make them."""
+    anchors = set()
+    for heading in re.findall(r"^#+ (.+)$", FENCE.sub("", page.read_text()), re.M):
+        text = re.sub(r"[`*]|<[^>]+>", "", heading).strip().lower()
+        anchors.add(re.sub(r"[^\w\- ]", "", text).replace(" ", "-"))
+    return anchors
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page):
+    broken = []
+    for target in LINK.findall(FENCE.sub("", page.read_text())):
+        if re.match(r"[a-z]+:", target):
+            continue  # https://, mailto:
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists() or ROOT not in file.parents:
+            broken.append(f"{target}: no file {file}")
+        elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+            broken.append(f"{target}: no heading #{anchor} in {file.relative_to(ROOT)}")
+    assert not broken, "\n".join(broken)
+
+
+def test_every_python_block_is_tested():
+    assert len(BLOCKS) >= 20
+    assert {how for _, _, how, _ in BLOCKS} >= {"fragment", "doctest", "launch 2 4", "python"}
+
+
+@pytest.mark.parametrize("page,line,how,code", [b for b in BLOCKS if b[2] == "fragment"],
+                         ids=lambda v: str(v) if not isinstance(v, str) or "\n" not in v else "")
+def test_fragments_compile(page, line, how, code):
+    compile(code, f"{page}:{line}", "exec")
+
+
+@pytest.mark.parametrize("page,line,how,code", [b for b in BLOCKS if b[2] == "doctest"],
+                         ids=lambda v: str(v) if not isinstance(v, str) or "\n" not in v else "")
+def test_doctest_blocks_run(page, line, how, code):
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    globs = {"jax": jax, "jaxload": jaxload, "np": np}
+    runner.run(doctest.DocTestParser().get_doctest(code, globs, f"{page}:{line}", page, line))
+    assert runner.failures == 0
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("page,line,how,code",
+                         [b for b in BLOCKS if b[2] not in ("fragment", "doctest")],
+                         ids=lambda v: str(v) if not isinstance(v, str) or "\n" not in v else "")
+def test_script_blocks_run(page, line, how, code, tmp_path):
+    """A script block runs as written: under ``jaxload launch`` where it is marked so, otherwise
+    in a fresh Python process (8 fake CPU devices)."""
+    script = tmp_path / "block.py"
+    script.write_text(code)
+    if how.startswith("launch"):
+        _, n, d = how.split()
+        argv = [sys.executable, "-m", "jaxload", "launch", "-n", n, "--local-devices", d, "--",
+                sys.executable, str(script)]
+    else:
+        argv = [sys.executable, str(script)]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{page}:{line}\n" + done.stdout[-3000:] + done.stderr[-3000:]

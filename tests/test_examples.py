@@ -1,4 +1,4 @@
-"""The examples run and print what the README shows."""
+"""The examples run and print what the README and the guides (docs/guides/) show."""
 
 from __future__ import annotations
 
@@ -66,6 +66,16 @@ def launch_example(name: str, processes: int, devices: int, *args: str) -> str:
                            *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
+
+
+@pytest.mark.cluster
+def test_grain_dataloader_with_workers_under_launch():
+    out = launch_example("grain_dataloader.py", 2, 4)
+    for p in (0, 1):
+        assert f"[{p}] process {p}: ShardOptions(shard_index={p}, shard_count=2" in out
+        assert f"[{p}] process {p}: 14 steps, 448 rows loaded here, 448 distinct" in out
+        assert f"[{p}] process {p}: ShardByJaxProcess refused: the grain.DataLoader shards by " \
+            f"shard_index={p}, shard_count=2 (ShardByJaxProcess)" in out
 
 
 @pytest.mark.cluster
