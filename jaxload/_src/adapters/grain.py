@@ -87,7 +87,8 @@ def from_grain(
       load_once: ``True`` to load each row on one process only and reach the layout's
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
-        rows on every member. See :meth:`jaxload.Layout.load_once_plan` and the README.
+        rows on every member. See :meth:`jaxload.Layout.load_once_plan` and the guide
+        docs/guides/layouts.md (when to choose it).
       record: a top-level feature (e.g. ``"id"``) whose values in each step's batch the
         loader notes on the host, per loading group: see :meth:`jaxload.Loader.records`.
       read_options: a ``grain.ReadOptions`` to read a ``MapDataset``'s batches with Grain's

@@ -106,7 +106,8 @@ def from_tf_data(
       load_once: ``True`` to load each row on one process only and reach the layout's
         sharding with a jitted reshard on device (the guide's Option 4); matters only where a
         model replica spans processes, whose loading groups would otherwise each read their
-        rows on every member. See :meth:`jaxload.Layout.load_once_plan` and the README.
+        rows on every member. See :meth:`jaxload.Layout.load_once_plan` and the guide
+        docs/guides/layouts.md (when to choose it).
       service: the address of a tf.data service dispatcher (``"grpc://host:port"``) to run the
         pipeline and its batching on the service's workers instead of this host's CPUs. All
         processes read one shared job per pass (``distributed_epoch``: the service hands each
