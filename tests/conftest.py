@@ -13,6 +13,8 @@ import subprocess
 # platform.processor() runs `uname -p` once and caches it; h5py asks for it when TensorFlow is
 # first imported, which may happen inside an unmarked test
 platform.processor()
+# numpy 2.0 runs `lscpu` when numpy.testing is first imported (scipy imports it under TensorFlow)
+import numpy.testing  # noqa: E402, F401
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

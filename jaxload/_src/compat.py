@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +23,8 @@ PRIVATE = (
     ("thread_mesh", "jax._src.mesh.thread_resources.env.physical_mesh"),
     ("data_loader_source", "grain.DataLoader._data_source"),
     ("data_loader_shard_options", "grain.DataLoader._shard_options | ._sampler._shard_options"),
-    ("data_loader_operations", "grain.DataLoader._operations"),
+    ("data_loader_operations", "grain.DataLoader._operations, "
+                               "grain._src.python.operations.BatchOperation (Grain 0.2.12)"),
     ("drops_elements", "grain._src.python.dataset.transformations.filter.FilterMapDataset, "
                        "grain._src.python.dataset.transformations.flatmap.FlatMapMapDataset"),
     ("tf_graph", "tf.data.Dataset._as_serialized_graph"),
@@ -33,7 +35,8 @@ PRIVATE = (
                           "tensorflow.python.ops.gen_dataset_ops.serialize_iterator, "
                           "deserialize_iterator"),
     ("tf_input_index", "tensorflow.python.framework.op_def_registry.get"),
-    ("tf_log_level", "absl::MinLogLevel, absl::SetMinLogLevel in libtensorflow_framework"),
+    ("tf_log_level", "absl::MinLogLevel, absl::SetMinLogLevel in libtensorflow_framework; "
+                     "tsl::internal::MinLogLevelFromEnv (TensorFlow < 2.21)"),
 )
 
 
@@ -67,8 +70,19 @@ def data_loader_shard_options(loader: Any) -> Any:
 
 
 def data_loader_operations(loader: Any) -> list[Any]:
-    """A ``grain.DataLoader``'s operations (maps, batch): ``loader._operations``."""
-    return list(loader._operations)
+    """A ``grain.DataLoader``'s operations (maps, batch): ``loader._operations``. Grain 0.2.12
+    replaces a final ``grain.transforms.Batch`` by its private ``BatchOperation`` when
+    ``worker_count > 0`` (``grain._src.python.operations``); that one is given back as the
+    ``grain.transforms.Batch`` it stands for."""
+    import grain
+
+    try:
+        from grain._src.python import operations
+    except ImportError:  # a Grain without it does not put it in
+        operations = None
+    replaced = getattr(operations, "BatchOperation", ())
+    return [grain.transforms.Batch(op.batch_size, drop_remainder=op.drop_remainder)
+            if isinstance(op, replaced) else op for op in loader._operations]
 
 
 def drops_elements(ds: Any) -> bool:
@@ -182,10 +196,13 @@ _LOG_LEVEL_LOCK = threading.Lock()
 def _no_info_logs() -> Iterator[None]:
     """TensorFlow's C++ INFO logs off while inside (where they are on): ``LOG(INFO) << "Saving
     symbolic checkpoint"`` in ``IteratorResource::Save`` would write a line to stderr at every
-    batch. Raises absl's minimum log level to WARNING and puts it back; a no-op where
-    :func:`tf_log_level` finds no absl in TensorFlow."""
+    batch. Raises absl's minimum log level to WARNING and puts it back. Where TensorFlow logs
+    through its own logger instead (before 2.21), whose level is fixed when TensorFlow is
+    imported, it warns once how to turn the line off."""
     level = tf_log_level()
     if level is None:
+        if tf_logs_at_fixed_level():
+            _warn_fixed_info_logs()
         yield
         return
     get, set_level = level
@@ -201,28 +218,78 @@ def _no_info_logs() -> Iterator[None]:
 
 
 @functools.cache
-def tf_log_level() -> tuple[Any, Any] | None:
-    """``absl::MinLogLevel`` and ``absl::SetMinLogLevel`` of the absl inside TensorFlow's
-    ``libtensorflow_framework`` (as ctypes functions), or None where they are not found. Their
-    C++ names carry absl's release (``absl::lts_20250814::``), read from the library's symbols."""
-    import ctypes
-    import glob
-    import mmap
+def _warn_fixed_info_logs() -> None:
+    """Once per process, unless ``TF_CPP_MIN_LOG_LEVEL`` is 2 or more (which only the user
+    sets: JAX's import sets 1 where it is unset, maybe after TensorFlow has read it)."""
     import os
-    import re
+    import warnings
+
+    import tensorflow as tf
+
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0").strip() not in ("", "0", "1"):
+        return
+    warnings.warn(
+        f"tensorflow {tf.__version__} writes the INFO line 'Saving symbolic checkpoint' at every "
+        "save of a tf.data iterator (jaxload saves after every batch) unless "
+        "TF_CPP_MIN_LOG_LEVEL was 1 or more when TensorFlow was imported (its log level is "
+        "fixed then): set TF_CPP_MIN_LOG_LEVEL=1 before importing TensorFlow (importing jax "
+        "first does), or use tensorflow >= 2.21, whose level jaxload lowers during the save",
+        stacklevel=4)
+
+
+def _framework_library() -> str | None:
+    """The path of TensorFlow's ``libtensorflow_framework`` (None where it is not found)."""
+    import glob
+    import os
 
     import tensorflow as tf
 
     paths = glob.glob(os.path.join(os.path.dirname(tf.__file__), "libtensorflow_framework*"))
-    if not paths:
+    return paths[0] if paths else None
+
+
+def _framework_symbol(pattern: bytes) -> re.Match[bytes] | None:
+    """The first match of ``pattern`` among ``libtensorflow_framework``'s bytes (its symbols),
+    copied out of the mapped library."""
+    import mmap
+
+    path = _framework_library()
+    if path is None:
         return None
     try:
-        with open(paths[0], "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            found = re.search(rb"_ZN4absl(\d+lts_\d+)?11MinLogLevelEv", m)
-            inner = None if found is None else (found.group(1) or b"").decode()
-        if inner is None:
-            return None
-        library = ctypes.CDLL(paths[0], mode=getattr(os, "RTLD_NOLOAD", 0) | os.RTLD_GLOBAL)
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            found = re.search(pattern, m)
+            return None if found is None else re.fullmatch(pattern, found.group(0))
+    except OSError:
+        return None
+
+
+@functools.cache
+def tf_logs_at_fixed_level() -> bool:
+    """Whether TensorFlow logs through its own logger (``tsl::internal::LogMessage``, before
+    TensorFlow 2.21), which reads ``TF_CPP_MIN_LOG_LEVEL`` once, at its first line, and has no
+    setter: found by ``tsl::internal::MinLogLevelFromEnv`` among the library's symbols."""
+    return _framework_symbol(rb"_ZN3tsl8internal18MinLogLevelFromEnvEv") is not None
+
+
+@functools.cache
+def tf_log_level() -> tuple[Any, Any] | None:
+    """``absl::MinLogLevel`` and ``absl::SetMinLogLevel`` of the absl inside TensorFlow's
+    ``libtensorflow_framework`` (as ctypes functions), or None where they are not found or do
+    not govern TensorFlow's log lines (:func:`tf_logs_at_fixed_level`). Their C++ names carry
+    absl's release (``absl::lts_20250814::``), read from the library's symbols."""
+    import ctypes
+    import os
+
+    if tf_logs_at_fixed_level():
+        return None
+    found = _framework_symbol(rb"_ZN4absl(\d+lts_\d+)?11MinLogLevelEv")
+    path = _framework_library()
+    if found is None or path is None:
+        return None
+    inner = (found.group(1) or b"").decode()
+    try:
+        library = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | os.RTLD_GLOBAL)
         get = getattr(library, f"_ZN4absl{inner}11MinLogLevelEv")
         set_level = getattr(library, f"_ZN4absl{inner}14SetMinLogLevelE"
                                      f"N{'S0_' if inner else 'S_'}18LogSeverityAtLeastE")
