@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from jaxload._src import versions
 from jaxload._src.config import LoaderConfig
 from jaxload._src.defaults import DEFAULT_EXIT_GRACE_S, DEFAULT_TIMEOUT_S
 from jaxload._src.layout import Layout
@@ -120,6 +121,7 @@ def from_grain(
     """
     import grain
 
+    versions.check("grain")  # a warning, once, where it is not a tested release
     config = LoaderConfig(remainder=remainder, checks=checks, prefetch=prefetch,
                           timeout_s=timeout_s, on_failure=on_failure, exit_grace_s=exit_grace_s,
                           name=name, record=record, load_once=load_once)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from jaxload._src import versions
 from jaxload._src.config import LoaderConfig
 from jaxload._src.defaults import DEFAULT_EXIT_GRACE_S, DEFAULT_TIMEOUT_S
 from jaxload._src.input_context import InputContext
@@ -138,6 +139,7 @@ def from_tf_data(
     """
     import tensorflow as tf
 
+    versions.check("tensorflow")  # a warning, once, where it is not a tested release
     check_shard(shard, service)
     if callable(ds) and not isinstance(ds, tf.data.Dataset):
         return _from_function(ds, layout, global_batch_size, batched=batched, shard=shard,
