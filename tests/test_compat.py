@@ -13,6 +13,7 @@ def test_every_private_read_is_listed_and_has_a_test():
     tested = {name for name, _ in compat.PRIVATE}
     assert tested == {"distributed_client", "thread_mesh", "data_loader_source",
                       "data_loader_shard_options", "data_loader_operations", "drops_elements",
+                      "data_loader_sampler", "grain_split_and_seeds",
                       "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
                       "tf_input_index", "tf_log_level"}
 
@@ -58,6 +59,20 @@ def test_grain_data_loader_private_attributes_exist():
     batches = [op for op in compat.data_loader_operations(workers)
                if isinstance(op, grain.transforms.Batch)]
     assert [(op.batch_size, op.drop_remainder) for op in batches] == [(4, True)]
+
+
+def test_grain_splits_and_random_seeds_are_found_along_the_chain():
+    grain = pytest.importorskip("grain")
+    source = grain.MapDataset.range(64)
+    noisy = source.random_map(lambda x, rng: x, seed=3)[1::2].map(lambda x: x)
+    assert compat.grain_split_and_seeds(noisy) == ([1, 2], [])  # the seed below the split
+    after = noisy.to_iter_dataset().random_map(lambda x, rng: x, seed=7)
+    assert compat.grain_split_and_seeds(after.random_map(lambda x, rng: x, seed=8)) == (
+        [1, 2], [8, 7])
+    assert compat.grain_split_and_seeds(source.random_map(lambda x, rng: x, seed=4)) == (None, [4])
+    sampler = grain.samplers.IndexSampler(16, shuffle=True, num_epochs=1, seed=2)
+    loader = grain.DataLoader(data_source=list(range(16)), sampler=sampler)
+    assert compat.data_loader_sampler(loader) is sampler
 
 
 def test_grain_datasets_that_drop_elements_are_found_in_the_parents_graph():

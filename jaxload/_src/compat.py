@@ -25,6 +25,10 @@ PRIVATE = (
     ("data_loader_shard_options", "grain.DataLoader._shard_options | ._sampler._shard_options"),
     ("data_loader_operations", "grain.DataLoader._operations, "
                                "grain._src.python.operations.BatchOperation (Grain 0.2.12)"),
+    ("data_loader_sampler", "grain.DataLoader._sampler"),
+    ("grain_split_and_seeds", "grain._src.python.dataset.transformations.slice.SliceMapDataset "
+                              "(its str), .map.RandomMapMapDataset._rng_pool._seed, "
+                              "RandomMapIterDataset._seed"),
     ("drops_elements", "grain._src.python.dataset.transformations.filter.FilterMapDataset, "
                        "grain._src.python.dataset.transformations.flatmap.FlatMapMapDataset"),
     ("tf_graph", "tf.data.Dataset._as_serialized_graph"),
@@ -83,6 +87,30 @@ def data_loader_operations(loader: Any) -> list[Any]:
     replaced = getattr(operations, "BatchOperation", ())
     return [grain.transforms.Batch(op.batch_size, drop_remainder=op.drop_remainder)
             if isinstance(op, replaced) else op for op in loader._operations]
+
+
+def data_loader_sampler(loader: Any) -> Any:
+    """A ``grain.DataLoader``'s sampler: ``loader._sampler``."""
+    return loader._sampler
+
+
+def grain_split_and_seeds(ds: Any) -> tuple[list[int] | None, list[int]]:
+    """Along a Grain dataset's chain (each one's first parent) from the top: ``[start, step]``
+    of the nearest slice (the user's own split: ``SliceMapDataset[start:stop:step]``, its
+    ``str``), or None; and the seeds of the random maps above it (``RandomMapMapDataset._rng_pool._seed``,
+    ``RandomMapIterDataset._seed``)."""
+    from grain._src.python.dataset.transformations import map as map_ds
+    from grain._src.python.dataset.transformations import slice as slice_ds
+
+    seeds: list[int] = []
+    while ds is not None:
+        if isinstance(ds, slice_ds.SliceMapDataset):
+            start, _, step = str(ds).partition("[")[2].rstrip("]").split(":")
+            return [int(start), int(step)], seeds
+        if isinstance(ds, (map_ds.RandomMapMapDataset, map_ds.RandomMapIterDataset)):
+            seeds.append(int(ds._rng_pool._seed if hasattr(ds, "_rng_pool") else ds._seed))
+        ds = next(iter(getattr(ds, "parents", ())), None)
+    return None, seeds
 
 
 def drops_elements(ds: Any) -> bool:

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import jax
 
-from jaxload._src import protocol, round_check, signature
+from jaxload._src import protocol, round_check, same_dataset, signature
 from jaxload._src.agreement import Decide, PeerFailedError, Reports
 from jaxload._src.assemble import build_global
 from jaxload._src.check import plan_and_batch_records
@@ -130,7 +130,7 @@ class Pass:
             ready=len(reader.ahead) + (self._held is not None), digest=reader.digest, nbytes=reader.nbytes,
             length=protocol.as_jsonable(reader.length) if round_index == 0 else None,
             needs_template=(self._pad and reader.signature is None and self._template is None
-                            and reader.exhausted), check=check)
+                            and reader.exhausted), check=check, dataset=reader.take_described())
 
     def _read_between(self, left: int, window: int, count: int) -> None:
         """Reads part of the next round's window after a handout, so that the pipeline keeps
@@ -152,8 +152,8 @@ class Pass:
 
         def decide(reports: Reports) -> tuple[str, bool]:
             parsed = protocol.parse(reports)
-            decision = round_check.verdict(protocol.decide(
-                parsed, step=step, window=window, pad=pad, total=total), parsed)
+            decision = same_dataset.verdict(round_check.verdict(protocol.decide(
+                parsed, step=step, window=window, pad=pad, total=total), parsed), parsed)
             # a round carrying the template follows the decision that asks for it
             return decision.to_json(), decision.final and decision.template_from is None
 
@@ -167,6 +167,7 @@ class Pass:
         self._ended = decision.final  # no round follows
         if decision.error is not None:
             raise PeerFailedError(decision.error)
+        same_dataset.raise_if_refused(decision)  # before the check: a cause, not a symptom
         round_check.raise_if_failed(decision, self._exchange.decision_key)
         if decision.checked and self._held is not None:
             self._held = self._held._replace(checks="")
@@ -283,8 +284,7 @@ class Pass:
         if self._ended:  # no round follows: nobody waits for this process
             self._exchange.leave()
             return
-        failure = self._context.failure
-        if failure is not None:
+        if (failure := self._context.failure) is not None:
             self._report_failure(failure.error, failure.stage, failure.step)
             return
         self._ended = True

@@ -68,6 +68,8 @@ class Report(_Compact):
       signature: the full signature, sent only in the round after a mismatch.
       check: first round only: the records of the first step's check (plan and batch), where
         this process assembled that step before the round (:mod:`~jaxload._src.round_check`).
+      dataset: first round only: what this process says of the dataset it shards (its length,
+        a hash of a few elements), compared between processes (:mod:`~jaxload._src.same_dataset`).
     """
 
     ready: int = 0
@@ -81,6 +83,7 @@ class Report(_Compact):
     needs_template: bool = False
     signature: str | None = None
     check: dict[str, Any] | None = None
+    dataset: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +105,8 @@ class Decision(_Compact):
       checked: the first step's check was made in this round (every process sent its
         records); ``check_error``: the :class:`~jaxload.check.CheckError` it found (its type's
         name and message), which every process raises.
+      refused: the processes shard different datasets (what differs, and on which processes):
+        the pass ends before its first step and every process raises a ValueError with it.
     """
 
     count: int = 0
@@ -115,6 +120,7 @@ class Decision(_Compact):
     template: str | None = None
     checked: bool = False
     check_error: list[str] | None = None
+    refused: str | None = None
 
     @property
     def final(self) -> bool:
@@ -138,7 +144,8 @@ def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,
       >>> decide({0: Report(ready=2, digest="ab"), 1: Report(ready=1, digest="ab")},
       ...        step=0, window=2, pad=False)
       Decision(count=1, more=False, window=4, total=None, error=None, stopped=None, \
-mismatch=None, template_from=None, template=None, checked=False, check_error=None)
+mismatch=None, template_from=None, template=None, checked=False, check_error=None, \
+refused=None)
     """
     failed = {p: r for p, r in reports.items() if r.error is not None}
     if failed:

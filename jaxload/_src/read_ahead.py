@@ -32,7 +32,9 @@ class ReadAhead:
     """Stage 1: this process's batches, read ahead and validated.
 
     ``source`` yields ``(batch, backend position after it)``; its optional ``length`` attribute
-    is how many batches it holds (``protocol.INFINITE`` for no end). ``watch(step, first)``
+    is how many batches it holds (``protocol.INFINITE`` for no end), its optional ``describe()``
+    what it shards, as the processes compare it (:mod:`~jaxload._src.same_dataset`), called
+    before the first read. ``watch(step, first)``
     wraps each read, so that the watchdog finds a pipeline stuck in it.
     """
 
@@ -42,6 +44,8 @@ class ReadAhead:
                  recorder: Recorder | None = None,
                  watch: Callable[[int, bool], ContextManager[None]] | None = None):
         self.length = getattr(source, "length", None)
+        self._describe = getattr(source, "describe", None)
+        self._described: dict[str, Any] | None = None
         self._source = iter(source)
         self._plan_at, self._pad, self._stats = plan_at, pad, stats
         self._recorder = recorder
@@ -57,6 +61,9 @@ class ReadAhead:
 
     def fill(self, n: int) -> None:
         """Reads until ``n`` batches are ready or the pipeline ends."""
+        if self._describe is not None:  # the first read: before any batch, within its watch
+            with self._watch(self.next_step, True):
+                self._described, self._describe = self._describe(), None
         while len(self.ahead) < n and not self.exhausted:
             first = self.next_step == self._first_step
             with timed(self._stats, "backend"), self._watch(self.next_step, first):
@@ -67,6 +74,11 @@ class ReadAhead:
             self.validating = True
             self.ahead.append(self._validated(local, position))
             self.validating = False
+
+    def take_described(self) -> dict[str, Any] | None:
+        """The source's description, once (for the first round's report), then None."""
+        described, self._described = self._described, None
+        return described
 
     def take(self) -> Local | None:
         """The next batch (read now if none is ahead), or None when the pipeline has ended."""

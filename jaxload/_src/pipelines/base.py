@@ -9,7 +9,7 @@ topology) it states in these attributes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import jax
@@ -52,7 +52,8 @@ class Pipeline(Protocol):
 
 class Batches:
     """A pass's per-process batches, ``(batch, backend position after it)``, and where known
-    how many there are (``protocol.INFINITE``: no end).
+    how many there are (``protocol.INFINITE``: no end); ``describe()``, where given, says what
+    the pipeline shards, as the processes compare it (:mod:`jaxload._src.same_dataset`).
 
     Example:
       >>> import itertools
@@ -62,9 +63,11 @@ class Batches:
       ([1, 2], 2)
     """
 
-    def __init__(self, batches: Iterable[tuple[HostBatch, Any]], length: int | None = None):
+    def __init__(self, batches: Iterable[tuple[HostBatch, Any]], length: int | None = None,
+                 describe: Callable[[], dict[str, Any] | None] | None = None):
         self._batches = batches
         self.length = length
+        self.describe = describe
 
     def __iter__(self) -> Iterator[tuple[HostBatch, Any]]:
         return iter(self._batches)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from jaxload._src.adapters.stack import stack_elements
+from jaxload._src.pipelines import grain_described
 from jaxload._src.pipelines.base import LocalSpec
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP
@@ -21,7 +22,9 @@ class GrainIterDataset:
     """This loading group's ``IterDataset`` (sharded by the user: ``shard=False``), batched.
 
     It has no length and cannot read by index; it resumes on the same plan only (Grain's
-    iterator state), since it cannot start at a global row.
+    iterator state), since it cannot start at a global row. Loading groups whose random maps
+    after the user's split have the same seeds are refused (they would draw the same random
+    sequence; :mod:`~jaxload._src.pipelines.grain_described`).
     """
 
     backend: str = "grain"
@@ -36,7 +39,9 @@ class GrainIterDataset:
                 f"(source[{plan.shard_index}::{plan.shard_count}] for this process, from "
                 "layout.plan(global_batch_size)) before .to_iter_dataset(), and pass shard=False.")
         self.elastic = Elastic(why_not=NOT_ELASTIC)
-        self.batches = iterated(batched_iter(ds, plan.local_batch_size, batched, remainder))
+        self.batches = grain_described.with_description(
+            iterated(batched_iter(ds, plan.local_batch_size, batched, remainder)),
+            grain_described.iter_dataset(ds, plan))
 
     def spec(self) -> LocalSpec | None:
         return None

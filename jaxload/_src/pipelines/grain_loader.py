@@ -4,13 +4,14 @@ this process's loading group."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from jaxload._src import compat
+from jaxload._src.pipelines import grain_described
 from jaxload._src.pipelines.base import LocalSpec
 from jaxload._src.plan import Plan
-from jaxload._src.state import Elastic
+from jaxload._src.state import Elastic, LocalBatches
 from jaxload._src.trees import HostBatch
 
 _NOT_ELASTIC = {
@@ -23,6 +24,10 @@ _NOT_ELASTIC = {
     "workers": "the grain.DataLoader {which} worker_count > 0, whose workers interleave their "
                "batches, so the rows consumed are not a prefix of the sampler's order; use "
                "worker_count=0, or pass a grain.MapDataset to from_grain",
+    "dropping": "the grain.DataLoader's {op} operation keeps another number of records than its "
+                "sampler hands it, so a step is no block of the sampler's order and a position "
+                "has no global row to continue from on another plan. Resume with the same plan, "
+                "or pass a grain.MapDataset whose elements are the kept records",
     "unsharded": "with shard=False the grain.DataLoader's sharding is yours, and jaxload "
                  "cannot tell which records another one would give each new group; shard it "
                  "with jaxload.grain_shard_options",
@@ -42,13 +47,14 @@ class GrainDataLoader:
         if shard:
             check_data_loader(loader, plan)
         self._loader, self._plan = loader, plan
+        self._describe = grain_described.data_loader(loader, plan, shard=shard)
         self.batches = self.from_row(0)
         self.elastic = self._elastic(shard)
 
     def spec(self) -> LocalSpec | None:
         return None
 
-    def from_row(self, rows: int) -> Callable[[Any], Iterator[tuple[HostBatch, Any]]]:
+    def from_row(self, rows: int) -> LocalBatches:
         """Batches from global row ``rows`` on (sampler index ``rows + shard_index``)."""
         loader, plan = self._loader, self._plan
 
@@ -61,7 +67,7 @@ class GrainDataLoader:
             for batch in iterator:
                 yield batch, iterator.get_state().decode()
 
-        return batches
+        return grain_described.with_description(batches, self._describe)
 
     def _elastic(self, shard: bool) -> Elastic:
         try:
@@ -72,17 +78,30 @@ class GrainDataLoader:
             return Elastic(why_not=_NOT_ELASTIC["unsharded"], length=length)
         if self._loader.multiprocessing_options.num_workers:
             return Elastic(why_not=_NOT_ELASTIC["workers"].format(which="has"), length=length)
-        shard_count = self._plan.shard_count
+        shard_count, dropping = self._plan.shard_count, _dropping(self._loader)
 
         def refuses(state: dict[str, Any]) -> str | None:
             was = state["plan"]["shard_count"]
             if was != shard_count:
                 return _NOT_ELASTIC["order"].format(was=was, now=shard_count)
-            if state["position"] and json.loads(state["position"])["worker_count"]:
+            if dropping:
+                return _NOT_ELASTIC["dropping"].format(op=dropping)
+            if state["position"] and json.loads(state["position"]).get("worker_count"):
                 return _NOT_ELASTIC["workers"].format(which="of the state had")
             return None
 
         return Elastic(from_row=self.from_row, refuses=refuses, length=length)
+
+
+def _dropping(loader: Any) -> str | None:
+    """The first operation that keeps another number of records than it gets (a Filter or
+    FlatMap), by its type's name, or None."""
+    import grain
+
+    for op in compat.data_loader_operations(loader):
+        if isinstance(op, (grain.transforms.Filter, grain.experimental.FlatMapTransform)):
+            return type(op).__name__
+    return None
 
 
 def _at_sampler_index(state: bytes, rows: int, plan: Plan) -> bytes:

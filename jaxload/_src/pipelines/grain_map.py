@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import jax
-import numpy as np
-
-from jaxload._src import check, compat
+from jaxload._src import compat
 from jaxload._src.adapters.stack import stack_elements
+from jaxload._src.pipelines import grain_described
 from jaxload._src.pipelines.base import Batches, LocalSpec
 from jaxload._src.pipelines.grain_iter import batched_iter, iterated
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP, rows_read
-from jaxload._src.state import Elastic, why_not_sliceable
+from jaxload._src.state import Elastic, LocalBatches, why_not_sliceable
 from jaxload._src.trees import HostBatch
 
 
@@ -25,7 +22,9 @@ class GrainMapDataset:
     ``rows``, batched to ``local_batch_size`` rows and read by index on the loader's thread
     (``read_options``: Grain's thread pool instead). Its length is known; it starts at any
     global row, so it resumes on another topology (unless ``shard=False`` or ``batched``).
-    A ``MapDataset`` that drops elements (``filter``) is read through ``to_iter_dataset``.
+    A ``MapDataset`` that drops elements (``filter``) is read through ``to_iter_dataset``, by
+    one loading group only (see :func:`check_not_filtered`). Every process describes it for the
+    cross-process comparison (:mod:`~jaxload._src.pipelines.grain_described`).
     """
 
     backend: str = "grain"
@@ -37,6 +36,9 @@ class GrainMapDataset:
         self._shard, self._batched, self._remainder = shard, batched, remainder
         self._read_options = read_options
         self._padded = plan.global_batch_size != global_batch_size
+        if self._padded or (shard and plan.shard_count > 1):
+            check_not_filtered(ds, plan, self._padded)
+        self._describe = grain_described.map_dataset(ds, plan, shard=shard)
         rows = plan.local_batch_size
         self._rows = max(rows_read(plan, global_batch_size), 1) if self._padded else rows
         self.batches = self.from_row(0)
@@ -52,13 +54,16 @@ class GrainMapDataset:
         group = self._group(start)
         by_index = group if self._batched else _batched_by_index(group, self._rows,
                                                                  self._remainder)
+        batches: LocalBatches
         if by_index is None:  # Grain cannot batch it by index: iterate, then batch
             options = self._read_options or _no_threads()
-            return iterated(batched_iter(group.to_iter_dataset(options), self._rows,
-                                         self._batched, self._remainder))
-        if self._read_options is None:
-            return _indexed(by_index)
-        return iterated(by_index.to_iter_dataset(self._read_options))
+            batches = iterated(batched_iter(group.to_iter_dataset(options), self._rows,
+                                            self._batched, self._remainder))
+        elif self._read_options is None:
+            batches = _indexed(by_index)
+        else:
+            batches = iterated(by_index.to_iter_dataset(self._read_options))
+        return grain_described.with_description(batches, self._describe)
 
     def _group(self, start: int) -> Any:
         """This group's elements of the global order from row ``start`` on."""
@@ -76,8 +81,8 @@ class GrainMapDataset:
         why_not = why_not_sliceable(self._shard, self._batched, "the whole MapDataset")
         if why_not:
             return Elastic(why_not=why_not, **identity)  # type: ignore[arg-type]
-        return Elastic(from_row=self.from_row, refuses=_filtered,
-                       **identity)  # type: ignore[arg-type]
+        return Elastic(from_row=self.from_row, refuses=_filtered if compat.drops_elements(ds)
+                       else None, **identity)  # type: ignore[arg-type]
 
 
 def _batched_by_index(ds: Any, rows: int, remainder: str) -> Any:
@@ -129,30 +134,56 @@ def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
         lambda k: ds[(k // rows) * global_batch_size + start + k % rows])
 
 
+_KEPT_APART = ("make the kept elements a MapDataset of their own (e.g. grain.MapDataset.source "
+               "of the kept indices, then .map)")
+
+
+def check_not_filtered(ds: Any, plan: Plan, padded: bool) -> None:
+    """Refuses a MapDataset that drops elements (``filter``, ``flat_map``) where jaxload would
+    split it by index: each loading group would filter its own share, so a step would no longer
+    be a block of the kept order, ``remainder="drop"`` would lose more than a batch, and a
+    filter that lines up with the split would leave a group nothing (a pass of no steps). One
+    loading group reads the kept order itself, exactly; several would each have to read and
+    filter every element, which jaxload does not do behind the user's back."""
+    if not compat.drops_elements(ds):
+        return
+    where = ("a padded global batch (rows of each step placed by index)" if padded else
+             f"shard_count={plan.shard_count} loading groups, each taking one index in "
+             f"{plan.shard_count}")
+    raise ValueError(
+        f"from_grain got a MapDataset that drops elements (filter or flat_map) to split over "
+        f"{where}: each group would filter its own share, so steps would no longer be blocks "
+        "of the kept order, remainder='drop' would lose more than a batch, and a filter that "
+        f"lines up with the split would leave a group nothing. Either {_KEPT_APART}, or split "
+        "it yourself and accept that each group filters its own share: "
+        "ds[plan.shard_index::plan.shard_count] with shard=False and remainder='pad'.")
+
+
 def _filtered(state: dict[str, Any]) -> str | None:
     """A MapDataset that filters elements reads more indices than it delivers rows, so the rows
-    consumed are no prefix of its order (seen in the state's own loading group)."""
+    consumed are no prefix of its order: seen in the state's loading group, which must have
+    been the only one (several groups each filtered their own share)."""
     position = state.get("position")
     read = position.get("next_index", 0) if isinstance(position, dict) else 0
     rows = state["step"] * state["plan"]["local_batch_size"]
-    if read <= rows:
+    groups = state["plan"]["shard_count"]
+    if read <= rows and groups == 1:
         return None
-    return (f"the MapDataset drops elements (filter): the state's loading group read {read} "
-            f"indices for {rows} rows, so the rows consumed are not a prefix of its order; "
-            "make the kept elements a MapDataset of their own (e.g. grain.MapDataset.source of "
-            "the kept indices, then .map), or resume on the same topology")
+    seen = (f"the state's loading group read {read} indices for {rows} rows" if groups == 1
+            else f"the state's {groups} loading groups each filtered their own share")
+    return (f"the MapDataset drops elements (filter): {seen}, so the rows consumed are not a "
+            f"prefix of its order; {_KEPT_APART}, or resume on the same topology")
 
 
 def stable_fingerprint(ds: Any) -> str | None:
     """:func:`fingerprint`, or None where two readings differ (random maps without a seed)."""
-    first = fingerprint(ds)
-    return first if first == fingerprint(ds) else None
+    return grain_described.stable_hash(ds, _ends_and_middle(len(ds)))
 
 
 def fingerprint(ds: Any) -> str | None:
-    """A short hash of a MapDataset's first, middle and last elements (their features' names,
-    dtypes and bytes): a different dataset or shuffle of the same length almost surely differs.
-    None if an element cannot be read here; Python objects count by their type only.
+    """A short hash of a MapDataset's first, middle and last elements
+    (:func:`~jaxload._src.pipelines.grain_described.hash_elements`): a different dataset or
+    shuffle of the same length almost surely differs.
 
     Example:
       >>> import grain
@@ -162,16 +193,8 @@ def fingerprint(ds: Any) -> str | None:
       >>> len(fingerprint(ds))
       16
     """
-    digest = hashlib.sha256()
-    for index in sorted({0, len(ds) // 2, len(ds) - 1} if len(ds) else ()):
-        try:
-            element = ds[index]
-        except Exception:  # the loader reports a failing element where it reads it
-            return None
-        for path, leaf in jax.tree_util.tree_flatten_with_path(element)[0]:
-            described = f"{index}{jax.tree_util.keystr(path)}{type(leaf).__name__}"
-            leaf = np.asarray(leaf)
-            digest.update(f"{described}{leaf.dtype}{leaf.shape}".encode())
-            if not leaf.dtype.hasobject:
-                digest.update(check.fingerprint(leaf).encode())
-    return digest.hexdigest()[:16]
+    return grain_described.hash_elements(ds, _ends_and_middle(len(ds)))
+
+
+def _ends_and_middle(length: int) -> list[int]:
+    return sorted({0, length // 2, length - 1}) if length else []

@@ -1,0 +1,156 @@
+"""What a Grain pipeline shards, as the processes compare it in a pass's first round.
+
+Each description (:class:`~jaxload._src.same_dataset.Described`) is a few hundred bytes, made
+once per loader and sent in every pass's first round:
+
+- a ``MapDataset``: its length and a hash of :data:`ELEMENTS` elements at indices every process
+  draws alike from the length (read twice: a pipeline whose elements change between readings,
+  an unseeded ``np.random`` in a map, is not compared by its elements);
+- a ``DataLoader``: its sampler without the shard options, its source's length, its operations
+  and a hash of :data:`RECORDS` source records;
+- a dataset the user split (``shard=False``) is compared within its loading group only, and the
+  seeds of its random maps after the split must differ between groups.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxload._src import check, compat
+from jaxload._src.pipelines.base import Batches
+from jaxload._src.plan import Plan
+from jaxload._src.same_dataset import ALL, GROUP, Described
+from jaxload._src.state import LocalBatches
+from jaxload._src.trees import HostBatch
+
+ELEMENTS = 16  # elements of a MapDataset hashed
+RECORDS = 4  # source records of a DataLoader hashed
+Describe = Callable[[], dict[str, Any]]
+
+
+def with_description(batches: LocalBatches, describe: Describe | None) -> LocalBatches:
+    """``batches(position)``, each pass's source carrying ``describe`` (see
+    :class:`~jaxload._src.pipelines.base.Batches`)."""
+    if describe is None:
+        return batches
+
+    def described(position: Any) -> Iterable[tuple[HostBatch, Any]]:
+        source = batches(position)
+        if not isinstance(source, Batches):
+            source = Batches(source)
+        source.describe = describe
+        return source
+
+    return described
+
+
+def map_dataset(ds: Any, plan: Plan, *, shard: bool) -> Describe | None:
+    """A ``MapDataset``'s description (made on first use); None in a single process."""
+    if jax.process_count() == 1:
+        return None
+    split, seeds = compat.grain_split_and_seeds(ds)
+
+    @functools.cache
+    def describe() -> dict[str, Any]:
+        same = {"length": len(ds), "elements": stable_hash(ds, sample(len(ds), ELEMENTS))}
+        return Described(same, plan.shard_index, plan.shard_count, ALL if shard else GROUP,
+                         split=split, seeds=None if shard else seeds).to_json()
+
+    return describe
+
+
+def iter_dataset(ds: Any, plan: Plan) -> Describe | None:
+    """An ``IterDataset``'s (the user's split: its random maps' seeds); None in one process."""
+    if jax.process_count() == 1:
+        return None
+    seeds = compat.grain_split_and_seeds(ds)[1]
+    return lambda: Described({}, plan.shard_index, plan.shard_count, GROUP, seeds=seeds).to_json()
+
+
+def data_loader(loader: Any, plan: Plan, *, shard: bool) -> Describe | None:
+    """A ``DataLoader``'s description (made on first use); None in a single process."""
+    if jax.process_count() == 1:
+        return None
+
+    @functools.cache
+    def describe() -> dict[str, Any]:
+        source = compat.data_loader_source(loader)
+        length = len(source) if hasattr(source, "__len__") else None
+        same = {"sampler": _sampler(compat.data_loader_sampler(loader)), "source_length": length,
+                "operations": [_operation(op) for op in compat.data_loader_operations(loader)],
+                "records": None if length is None else stable_hash(source, sample(length, RECORDS))}
+        return Described(same, plan.shard_index, plan.shard_count,
+                         ALL if shard else GROUP).to_json()
+
+    return describe
+
+
+def sample(length: int, count: int) -> list[int]:
+    """``count`` indices of ``range(length)``: the first, the last, and between them the golden
+    ratio's multiples modulo 1 (spread evenly, and with no period a file size could line up
+    with): the same for the same length on every process, with any numpy.
+
+    Example:
+      >>> sample(100, 5)
+      [0, 23, 61, 85, 99]
+      >>> sample(3, 16)
+      [0, 1, 2]
+    """
+    if length <= count:
+        return list(range(length))
+    drawn = {int((i * 0.6180339887498949) % 1 * length) for i in range(1, count - 1)}
+    return sorted({0, length - 1} | drawn)
+
+
+def stable_hash(ds: Any, indices: Sequence[int]) -> str | None:
+    """:func:`hash_elements`, or None where two readings differ (a map with unseeded
+    randomness: its elements cannot be compared between processes)."""
+    first = hash_elements(ds, indices)
+    return first if first == hash_elements(ds, indices) else None
+
+
+def hash_elements(ds: Any, indices: Sequence[int]) -> str | None:
+    """A short hash of ``ds[i]`` for each index (their features' names, dtypes, shapes and
+    bytes; Python objects by their type only), or None if one cannot be read here (the loader
+    reports a failing element where it reads it).
+
+    Example:
+      >>> import grain
+      >>> ds = grain.MapDataset.range(10)
+      >>> hash_elements(ds.shuffle(seed=1), [0, 5]) != hash_elements(ds.shuffle(seed=2), [0, 5])
+      True
+    """
+    digest = hashlib.sha256()
+    for index in indices:
+        try:
+            element = ds[index]
+        except Exception:  # noqa: BLE001 - reported where the loader reads it
+            return None
+        for path, leaf in jax.tree_util.tree_flatten_with_path(element)[0]:
+            described = f"{index}{jax.tree_util.keystr(path)}{type(leaf).__name__}"
+            leaf = np.asarray(leaf)
+            digest.update(f"{described}{leaf.dtype}{leaf.shape}".encode())
+            if not leaf.dtype.hasobject:
+                digest.update(check.fingerprint(leaf).encode())
+    return digest.hexdigest()[:16]
+
+
+def _sampler(sampler: Any) -> str | None:
+    """The sampler's repr without its shard options (each group's own); None where the repr
+    names an object's address, which differs between processes."""
+    text = re.sub(r"shard_options=\w+\([^)]*\),?\s*", "", repr(sampler))
+    return None if " at 0x" in text else text
+
+
+def _operation(op: Any) -> str:
+    """An operation by its type, and a Batch by its size (a lambda's repr differs by process)."""
+    name = f"{type(op).__module__}.{type(op).__qualname__}"
+    size = getattr(op, "batch_size", None)
+    return name if size is None else f"{name}({size}, drop_remainder={op.drop_remainder})"

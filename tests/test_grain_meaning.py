@@ -1,0 +1,224 @@
+"""A Grain pipeline keeps its meaning over loading groups, or every process refuses it before the
+first batch: in real processes (2 processes x 2 devices, data_parallel: K = 2 loading groups,
+remainder="pad"). Each shape either delivers every record exactly as often as the unsharded
+pipeline gives it, or raises the same ValueError on every process with no batch handed out."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import jaxload
+
+TIMEOUT_S = 30  # each loader's wait for the others: a process left behind fails, never hangs
+BOUNDED = dict(timeout_s=TIMEOUT_S, on_failure="raise")  # a failure raised, the process kept
+ROWS = 64
+
+
+def _element(i) -> dict:
+    return {"id": np.int32(i), "x": np.float32(i)}
+
+
+def _noisy(element, rng) -> dict:
+    return {**element, "x": np.float32(element["x"] + rng.normal())}
+
+
+def _delivered(make) -> dict:
+    """Every id one pass of ``make()`` delivers (real rows, all loading groups: on process 0),
+    or the error it raised and how many batches came before it."""
+    handed = 0
+    try:
+        loader = make()
+        for _ in loader:
+            handed += 1
+        steps = loader.records(all_processes=True)
+    except Exception as e:  # the test compares what each process saw
+        return {"error": f"{type(e).__name__}: {e}", "handed": handed}
+    return {"ids": sorted(i for step in steps for ids in step["ids"].values() for i in ids)}
+
+
+def _source(ids):
+    import grain
+
+    return grain.MapDataset.source(list(ids)).map(_element)
+
+
+def _map_shapes(layout, plan) -> dict:
+    import grain
+    import jax
+
+    p, k, big = jax.process_index(), plan.shard_index, plan.shard_count
+    load = dict(global_batch_size=16, remainder="pad", record="id", **BOUNDED)
+
+    def files(order):  # 4 files of 16 records, read in the order of the file list
+        return _source([f * 16 + r for f in order for r in range(16)])
+
+    return {
+        "whole": lambda: jaxload.from_grain(_source(range(ROWS)), layout, **load),
+        "shuffled alike": lambda: jaxload.from_grain(
+            _source(range(ROWS)).shuffle(seed=3), layout, **load),
+        "unseeded noise in a map": lambda: jaxload.from_grain(_source(range(ROWS)).map(
+            lambda e: _noisy(e, np.random.default_rng())), layout, **load),
+        "seed by process": lambda: jaxload.from_grain(
+            _source(range(ROWS)).shuffle(seed=p), layout, **load),
+        "own split": lambda: jaxload.from_grain(_source(range(ROWS))[k::big], layout, **load),
+        "own split of the source's list": lambda: jaxload.from_grain(
+            _source(list(range(ROWS + 1))[k::big]), layout, **load),
+        "own split, shard=False": lambda: jaxload.from_grain(
+            _source(range(ROWS))[k::big], layout, shard=False, **load),
+        "length by process": lambda: jaxload.from_grain(
+            _source(range(ROWS + 4 * p)), layout, **load),
+        "file order by process": lambda: jaxload.from_grain(
+            files([0, 1, 2, 3] if p == 0 else [2, 0, 3, 1]), layout, **load),
+        "filter": lambda: jaxload.from_grain(
+            grain.MapDataset.range(2 * ROWS).filter(lambda i: i % 2 == 0).map(_element),
+            layout, **load),
+        "random_map after own split": lambda: jaxload.from_grain(
+            _source(range(ROWS))[k::big].to_iter_dataset().random_map(_noisy, seed=5),
+            layout, shard=False, **load),
+        "random_map after own split, seeded by group": lambda: jaxload.from_grain(
+            _source(range(ROWS))[k::big].to_iter_dataset().random_map(_noisy, seed=5 + k),
+            layout, shard=False, **load),
+    }
+
+
+def _data_loader(layout, seed: int, operations=(), batch: int = 8, records: int = ROWS):
+    import grain
+
+    sampler = grain.samplers.IndexSampler(
+        num_records=records, shuffle=True, num_epochs=1, seed=seed,
+        shard_options=jaxload.grain_shard_options(layout, 2 * batch))
+    return grain.DataLoader(data_source=[_element(i) for i in range(records)], sampler=sampler,
+                            operations=[*operations, grain.transforms.Batch(batch)])
+
+
+def _filtered_data_loader(layout, batch: int):
+    import grain
+
+    class KeepOdd(grain.transforms.Filter):
+        def filter(self, element):
+            return element["id"] % 2 == 1
+
+    return _data_loader(layout, 0, [KeepOdd()], batch=batch)
+
+
+def _data_loader_shapes(layout) -> dict:
+    import jax
+
+    load = dict(global_batch_size=16, record="id", **BOUNDED)
+    return {
+        "data loader": lambda: jaxload.from_grain(_data_loader(layout, 7), layout, **load),
+        "data loader seeded by process": lambda: jaxload.from_grain(
+            _data_loader(layout, jax.process_index()), layout, **load),
+        "data loader source length by process": lambda: jaxload.from_grain(
+            _data_loader(layout, 7, records=ROWS + 4 * jax.process_index()), layout, **load),
+    }
+
+
+def _resumed_with_a_filter(layout) -> str:
+    """A DataLoader with a Filter op, its state resumed on a new global batch size."""
+    loader = jaxload.from_grain(_filtered_data_loader(layout, 4), layout, global_batch_size=8,
+                                **BOUNDED)
+    next(iter(loader))
+    state = json.loads(json.dumps(loader.get_state()))
+    fresh = jaxload.from_grain(_filtered_data_loader(layout, 8), layout, global_batch_size=16,
+                               **BOUNDED)
+    try:
+        fresh.set_state(state)
+    except ValueError as e:
+        return f"ValueError: {e}"
+    return "resumed"
+
+
+def shapes() -> dict:
+    """Worker side: what each shape gives on this process."""
+    layout = jaxload.data_parallel()
+    plan = layout.plan(16)
+    made = {**_map_shapes(layout, plan), **_data_loader_shapes(layout)}
+    out = {name: _delivered(make) for name, make in made.items()}
+    out["data loader with a filter, resumed on a new global batch size"] = \
+        _resumed_with_a_filter(layout)
+    return out
+
+
+DELIVERED = ["whole", "shuffled alike", "unseeded noise in a map", "own split, shard=False",
+             "random_map after own split, seeded by group", "data loader"]
+REFUSED = {
+    "seed by process": r"the processes shard different datasets: the hash of a few elements at "
+                       r"the same indices \"\w+\" on process \[0\], \"\w+\" on process \[1\]",
+    "own split": r"the hash of a few elements .* pass the whole dataset, or keep your split "
+                 r"and pass shard=False",
+    "own split of the source's list": r"length 33 on process \[0\], 32 on process \[1\]; .* "
+                                      r"pass the whole dataset, or keep your split",
+    "length by process": r"length 64 on process \[0\], 68 on process \[1\]",
+    "file order by process": r"the processes shard different datasets: the hash of a few elements",
+    "filter": r"from_grain got a MapDataset that drops elements \(filter or flat_map\) to split "
+              r"over shard_count=2 loading groups",
+    "random_map after own split": r"loading groups \[0-1\] draw the same random sequence: .* "
+                                  r"seed=seed \+ plan.shard_index",
+    "data loader seeded by process": r"the sampler \(without its shard options\) \"IndexSampler"
+                                     r"\(num_records=64, shuffle=True, num_epochs=1, seed=0\)\" "
+                                     r"on process \[0\]",
+    "data loader source length by process": r"the source's length 64 on process \[0\], 68 on process",
+}
+
+
+@pytest.fixture(scope="module")
+def results(clusters):
+    return clusters.run(shapes, num_processes=2, local_devices=2, timeout_s=400)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("name", DELIVERED)
+def test_delivered_exactly(results, name):
+    assert results[0][name] == {"ids": list(range(ROWS))}, results[0][name]
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_on_every_process_before_the_first_batch(results, name):
+    import re
+
+    seen = [r[name] for r in results]
+    assert seen[0] == seen[1], seen  # the same error on every process
+    assert seen[0]["handed"] == 0 and seen[0]["error"].startswith("ValueError: "), seen[0]
+    assert re.search(REFUSED[name], seen[0]["error"]), seen[0]["error"]
+
+
+@pytest.mark.cluster
+def test_a_data_loader_with_a_filter_is_not_resumed_on_a_new_global_batch_size(results):
+    for r in results:
+        assert r["data loader with a filter, resumed on a new global batch size"].startswith(
+            "ValueError: the state was taken under another plan"), r
+        assert "the grain.DataLoader's KeepOdd operation keeps another number of records" in \
+            r["data loader with a filter, resumed on a new global batch size"]
+
+
+def _kept():
+    import grain
+
+    return grain.MapDataset.range(2 * ROWS).filter(lambda i: i % 2 == 0).map(_element)
+
+
+def test_a_filter_under_a_padded_global_batch_is_refused():
+    # 8 devices, 6 rows padded to 8: each step's rows are read by index, which a filter breaks
+    with pytest.raises(ValueError, match=r"drops elements \(filter or flat_map\) to split over a "
+                                         r"padded global batch"):
+        jaxload.from_grain(_kept(), jaxload.data_parallel(), global_batch_size=6, remainder="pad")
+
+
+def test_a_filtered_state_of_several_loading_groups_is_not_continued_on_another_plan():
+    layout = jaxload.data_parallel()
+    loader = jaxload.from_grain(_kept(), layout, global_batch_size=8)
+    next(iter(loader))
+    state = loader.get_state()
+    assert state["position"]["next_index"] > 8  # 8 kept of more read: not a prefix
+    # as if taken by one of 2 loading groups, which each filtered their own share, before any
+    # element was dropped: its read count alone would not tell
+    groups = {**state, "position": {**state["position"], "next_index": 8},
+              "plan": {**state["plan"], "shard_count": 2, "local_batch_size": 4}}
+    with pytest.raises(ValueError, match="the state's 2 loading groups each filtered their own "
+                                         "share, so the rows consumed are not a prefix"):
+        jaxload.from_grain(_kept(), layout, global_batch_size=16).set_state(groups)
