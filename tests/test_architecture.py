@@ -30,7 +30,10 @@ MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60  # from the ``def`` line to the last, its docstring left out
 
 # Allowed past a limit, each with why. Empty: every module and function fits.
-LONG_MODULES: dict[str, str] = {}
+LONG_MODULES: dict[str, str] = {
+    "jaxload/_src/compat.py": "every private attribute of JAX, Grain and TensorFlow is read here "
+                              "and nowhere else, each accessor listed for tests/test_compat.py",
+}
 LONG_FUNCTIONS: dict[str, str] = {}  # "jaxload/_src/x.py:Class.method" -> why
 
 # The backends whose private attributes only compat.py may read.
