@@ -1,15 +1,18 @@
 # Quick start: `make demo` and `make test` (each installs into .venv first if needed).
 # Current JAX needs Python >= 3.12: the newest one on the machine is used (tools/find_python.sh),
-# or PYTHON=/path/to/python. `make test-oldest` runs the suite on the oldest supported versions.
+# or PYTHON=/path/to/python. `make test-oldest` runs the suite on the oldest supported versions
+# (pyproject.toml's floors, pinned in constraints-oldest.txt) on Python 3.11, `make test-matrix`
+# the backends' tests on every TensorFlow and Grain release in between, `make test-install` the
+# quick start from the built wheel in a fresh environment.
 PYTHON ?= $(shell tools/find_python.sh)
-OLDEST_PYTHON ?= python3
+OLDEST_PYTHON ?= $(shell command -v python3.11 || echo python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OLDEST_VENV := .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
-.PHONY: install test test-fast test-oldest demo bench lint docs doctest clean
+.PHONY: install test test-fast test-oldest test-matrix test-install demo bench lint docs doctest clean
 
 install: $(STAMP)
 
@@ -40,8 +43,18 @@ $(OLDEST_STAMP): pyproject.toml constraints-oldest.txt
 	touch $(OLDEST_STAMP)
 
 test-oldest: $(OLDEST_STAMP)
-	$(OLDEST_VENV)/bin/python -m pytest tests
+	$(OLDEST_VENV)/bin/python -m pytest -n 2 --dist loadgroup tests
 	$(OLDEST_VENV)/bin/python -m pytest -q --doctest-modules jaxload
+
+# the tf.data tests on each tensorflow-cpu minor release and the Grain tests on each grain
+# release, floor to newest, one line per version (environments kept in .venv-matrix/)
+test-matrix:
+	tools/test_matrix.sh
+
+# the wheel, installed with [tf,grain] into a fresh environment (build/install/), runs
+# examples/quickstart.py under `jaxload launch -n 2`
+test-install:
+	PYTHON=$(PYTHON) tools/test_install.sh
 
 demo: install
 	$(PY) examples/demo.py
@@ -66,4 +79,4 @@ doctest: install
 	$(PY) -m pytest --doctest-modules jaxload
 
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache build *.egg-info site
+	rm -rf $(VENV) $(OLDEST_VENV) .venv-matrix .pytest_cache build *.egg-info site
