@@ -15,7 +15,7 @@ def test_every_private_read_is_listed_and_has_a_test():
                       "data_loader_shard_options", "data_loader_operations", "drops_elements",
                       "data_loader_sampler", "grain_split_and_seeds",
                       "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
-                      "tf_input_index", "tf_log_level"}
+                      "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed"}
 
 
 def test_jax_private_attributes_exist():
@@ -105,10 +105,18 @@ def test_tensorflow_private_entry_points_exist_and_work(tmp_path):
     share = compat.tf_auto_shard(tf.data.TextLineDataset(files), 2, 1,
                                  tf.data.experimental.AutoShardPolicy.FILE)
     assert [line.decode() for line in share.as_numpy_iterator()] == ["1", "3"]
-    from jaxload._src.pipelines.tf_files import count_files
+    from jaxload._src.pipelines.tf_names import file_names
 
-    assert count_files(share) == 5
     graph = compat.tf_graph(share)
+    assert file_names(graph).count == 5
+    assert "cycle_length" not in compat.tf_op_attrs("InterleaveDataset")  # an input, not an attr
+    assert "f" in compat.tf_op_attrs("InterleaveDataset")
+    tf.random.set_seed(7)
+    try:
+        assert compat.tf_global_seed() == 7
+    finally:
+        tf.random.set_seed(None)
+    assert compat.tf_global_seed() is None
     assert "TextLineDataset" in {node.op for node in graph.node} | {
         node.op for function in graph.library.function for node in function.node_def}
     # an iterator's checkpoint as bytes, restored into a fresh iterator

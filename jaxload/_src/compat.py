@@ -39,6 +39,8 @@ PRIVATE = (
                           "tensorflow.python.ops.gen_dataset_ops.serialize_iterator, "
                           "deserialize_iterator"),
     ("tf_input_index", "tensorflow.python.framework.op_def_registry.get"),
+    ("tf_op_attrs", "tensorflow.python.framework.op_def_registry.get"),
+    ("tf_global_seed", "tensorflow.python.eager.context.global_seed"),
     ("tf_log_level", "absl::MinLogLevel, absl::SetMinLogLevel in libtensorflow_framework; "
                      "tsl::internal::MinLogLevelFromEnv (TensorFlow < 2.21)"),
 )
@@ -298,6 +300,21 @@ def tf_logs_at_fixed_level() -> bool:
     TensorFlow 2.21), which reads ``TF_CPP_MIN_LOG_LEVEL`` once, at its first line, and has no
     setter: found by ``tsl::internal::MinLogLevelFromEnv`` among the library's symbols."""
     return _framework_symbol(rb"_ZN3tsl8internal18MinLogLevelFromEnvEv") is not None
+
+
+def tf_op_attrs(op: str) -> set[str]:
+    """The attribute names of a TensorFlow op (``op_def_registry.get(op).attr``)."""
+    from tensorflow.python.framework import op_def_registry
+
+    return {attr.name for attr in op_def_registry.get(op).attr}
+
+
+def tf_global_seed() -> int | None:
+    """The seed ``tf.random.set_seed`` set (eagerly), or None: ``context.global_seed()``."""
+    from tensorflow.python.eager import context
+
+    seed = context.global_seed()
+    return None if seed is None else int(seed)
 
 
 @functools.cache

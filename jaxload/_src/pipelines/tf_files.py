@@ -20,11 +20,15 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import logging
+import re
 import warnings
 from typing import Any
 
 from jaxload._src import compat
-from jaxload._src.pipelines.tf_graph import READERS, DatasetGraph
+from jaxload._src.pipelines.tf_file_ops import blocking, separate_caches
+from jaxload._src.pipelines.tf_graph import READERS, UNSPLITTABLE, DatasetGraph
+from jaxload._src.pipelines.tf_names import FileNames, file_names, inserted_shards, retval
 from jaxload._src.plan import Plan
 
 FILES, ELEMENTS, HINT, NONE = "files", "elements", "hint", "none"
@@ -55,11 +59,16 @@ class Sharding:
       files: with ``"files"``, how many files are dealt out.
       fallback: with ``shard="auto"`` on a pipeline that reads files, why it is sharded by
         elements.
+      names: with ``"files"``, the names dealt out (counted and hashed).
+      before: with ``"files"`` and ``"hint"``, the part of the pipeline before the split: what
+        must give every process the same order.
     """
 
     mode: str
     files: int | None = None
     fallback: str | None = None
+    names: FileNames | None = dataclasses.field(default=None, compare=False, repr=False)
+    before: DatasetGraph | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def reads(self, plan: Plan) -> str:
         """What each process reads, in words."""
@@ -76,6 +85,9 @@ class Sharding:
         return "each process reads what its pipeline yields (its group's share)"
 
 
+NOT_SPLIT = Sharding(ELEMENTS)  # what _by_files gives where it cannot split by files
+
+
 def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None
           ) -> tuple[Any, Sharding]:
     """This loading group's share of ``ds`` and how it was split; for ``"elements"`` the share
@@ -84,16 +96,18 @@ def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None
 
     graph = graph or DatasetGraph.of(ds)
     policy = tf.data.experimental.AutoShardPolicy
-    if graph.shard_hint():
-        return unwrapped(compat.tf_auto_shard(ds, plan.shard_count, plan.shard_index,
-                                              policy.HINT)), Sharding(HINT)
-    if shard == ELEMENTS or (shard == "auto" and not graph.readers()):
+    hints = graph.shard_hints()
+    if hints and shard != ELEMENTS:
+        share = compat.tf_auto_shard(ds, plan.shard_count, plan.shard_index, policy.HINT)
+        return unwrapped(share), Sharding(HINT, before=graph.feeding(hints))
+    unsplittable = sorted(graph.ops() & UNSPLITTABLE)
+    if shard == ELEMENTS or (shard == "auto" and not graph.readers() and not unsplittable):
         return None, Sharding(ELEMENTS)
     if plan.shard_count == 1 and graph.readers():  # one group reads every file
         return ds, Sharding(FILES)
-    why_not, files, share = _by_files(ds, plan, graph)
+    why_not, share, sharding = _by_files(ds, plan, graph, unsplittable)
     if why_not is None:
-        return share, Sharding(FILES, files=files)
+        return share, sharding
     if shard == FILES:
         raise ValueError(f"shard='files' cannot shard this pipeline by files: {why_not}. Use "
                          "shard='elements' (every process reads every element and keeps 1/K), "
@@ -102,73 +116,90 @@ def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None
     return None, Sharding(ELEMENTS, fallback=why_not)
 
 
-def _by_files(ds: Any, plan: Plan, graph: DatasetGraph) -> tuple[str | None, int, Any]:
-    """(why not, files, share): TensorFlow's FILE rewrite for this group, with at least one
-    file per loading group."""
+def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, unsplittable: list[str]
+              ) -> tuple[str | None, Any, Sharding]:
+    """(why not, share, how): TensorFlow's FILE rewrite for this group, where every op after
+    the file reads keeps its meaning and each loading group gets a file."""
     import tensorflow as tf
 
+    if unsplittable:
+        return (f"it reads files through {', '.join(unsplittable)}, which TensorFlow's file "
+                "sharding cannot split. To read only each loading group's share, write the "
+                "data as TFRecord (or text) files, or pass dataset_fn to build each group's "
+                "share", None, NOT_SPLIT)
     if not graph.readers():
         return (f"it reads no files (no {', '.join(sorted(READERS)[:4])}, ... op; its sources "
-                f"are {', '.join(sorted(_sources(graph)))})", 0, None)
+                f"are {', '.join(sorted(_sources(graph)))})", None, NOT_SPLIT)
+    blocked = blocking(graph.graph)
+    if blocked is not None:
+        return (f"{blocked}. To keep file sharding, apply it before the files are read (to the "
+                "list of file names), or pass dataset_fn to build each loading group's share",
+                None, NOT_SPLIT)
     try:
         share = compat.tf_auto_shard(ds, plan.shard_count, plan.shard_index,
                                      tf.data.experimental.AutoShardPolicy.FILE)
     except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as e:
-        first = str(getattr(e, "message", e)).split("\n")[0]
-        return (f"TensorFlow cannot find where its {', '.join(graph.readers())} get their file "
-                f"names ({first})", 0, None)
+        return _cannot_find(e), None, NOT_SPLIT
     rewritten = compat.tf_graph(share)  # read once: counted, then rebuilt
-    files = count_files(share, graph=rewritten)
-    if files is None:
-        return (f"the file names its {', '.join(graph.readers())} read cannot be counted "
-                "before reading", 0, None)
-    if files < plan.shard_count:
-        return (f"it reads {files} file{'s' * (files != 1)} for {plan.shard_count} loading "
-                "groups, and each group needs at least one", files, None)
-    return None, files, unwrapped(share, rewritten)
+    names = file_names(rewritten)
+    if names is None:
+        return (f"the file names its {', '.join(graph.readers())} read cannot be found "
+                "before reading", None, NOT_SPLIT)
+    if names.count < plan.shard_count:
+        return (f"it reads {names.count} file{'s' * (names.count != 1)} for "
+                f"{plan.shard_count} loading groups, and each group needs at least one. To read "
+                f"only each loading group's share, write the data into at least "
+                f"{plan.shard_count} files (a multiple of {plan.shard_count} evens out the "
+                "groups), or pass dataset_fn to build each group's share", None, NOT_SPLIT)
+    before = graph.feeding(inserted_shards(rewritten), rewritten)
+    renamed = own_caches(rewritten, plan, FILES)
+    share = unwrapped(share, rewritten, changed=bool(renamed))
+    return None, share, Sharding(FILES, files=names.count, names=names, before=before)
 
 
-def unwrapped(share: Any, graph: Any = None) -> Any:
+def _cannot_find(error: Exception) -> str:
+    """Why TensorFlow's FILE rewrite failed, naming the op it stopped at where it says."""
+    found = re.search(r'op: "(\w+)"', str(getattr(error, "message", error)))
+    where = f" (a {found.group(1)} op, which reads no files)" if found else ""
+    return (f"TensorFlow's file sharding cannot find where all of its records come from files"
+            f"{where}: some input of the pipeline reads no files, and every group would read all "
+            f"of it. To read only each loading group's share, pass dataset_fn to build it")
+
+
+def own_caches(graph: Any, plan: Plan, mode: str) -> list[tuple[str, str]]:
+    """Gives every ``cache(filename)`` in ``graph`` (changed in place) a file of this process's
+    own (see :func:`~jaxload._src.pipelines.tf_file_ops.separate_caches`), named in the log."""
+    suffix = (f".{plan.shard_index}-of-{plan.shard_count}" if mode != ELEMENTS else "") + (
+        f".process-{plan.process_index}")
+    renamed = separate_caches(graph, suffix)
+    for old, new in renamed:
+        logging.getLogger("jaxload").info("cache(%r) writes and reads %r on this process", old,
+                                          new)
+    return renamed
+
+
+def with_own_caches(ds: Any, plan: Plan, mode: str) -> Any:
+    """``ds`` rebuilt with a file of this process's own for every ``cache(filename)``."""
+    graph = compat.tf_graph(ds)
+    return compat.tf_from_graph(graph, ds.element_spec) if own_caches(graph, plan, mode) else ds
+
+
+def unwrapped(share: Any, graph: Any = None, changed: bool = False) -> Any:
     """``share`` rebuilt without the options node that TensorFlow's sharding rewrite leaves on
     top of the user's pipeline (it sets only the auto-shard policy): below the batch, an
     options node cost tf.data about 10 us per element here (TensorFlow 2.21), a quarter of a
     pass over cheap records. The user's own options nodes stay. ``graph``: ``share``'s, if
-    read already (it is changed)."""
+    read already (it is changed); ``changed``: rebuilt from ``graph`` in any case."""
     graph = graph if graph is not None else compat.tf_graph(share)
-    retval = _retval(graph)
-    name = retval.input[0].split(":")[0]
-    top = next((node for node in graph.node if node.name == name), None)
-    if top is None or top.op != "OptionsDataset":
+    node = retval(graph)
+    name = node.input[0].split(":")[0]
+    top = next((n for n in graph.node if n.name == name), None)
+    if top is not None and top.op == "OptionsDataset":
+        node.input[0] = top.input[0]
+        graph.node.remove(top)
+    elif not changed:
         return share
-    retval.input[0] = top.input[0]
-    graph.node.remove(top)
     return compat.tf_from_graph(graph, share.element_spec)
-
-
-def count_files(share: Any, limit: int = 10_000_000, graph: Any = None) -> int | None:
-    """How many file names TensorFlow's FILE rewrite deals out (the fewest, where it shards
-    several sources): the names that flow into the shard op it inserted, read without
-    touching a file. ``graph``: ``share``'s, if read already (it is left as it is)."""
-    import tensorflow as tf
-
-    graph = graph if graph is not None else compat.tf_graph(share)
-    counts = []
-    for node in graph.node:
-        if node.op != "ShardDataset" or not node.attr["require_non_empty"].b:
-            continue
-        names = type(graph)()
-        names.CopyFrom(graph)
-        _retval(names).input[0] = node.input[0]
-        files = compat.tf_from_graph(names, tf.TensorSpec([], tf.string))
-        n = int(files.cardinality())
-        counts.append(n if n >= 0 else sum(1 for _ in files.take(limit)))
-    return min(counts) if counts else None
-
-
-def _retval(graph: Any) -> Any:
-    """The node whose input is the dataset a ``GraphDef`` of :func:`compat.tf_graph` returns."""
-    (retval,) = [node for node in graph.node if node.op == "_Retval"]
-    return retval
 
 
 def _sources(graph: DatasetGraph) -> set[str]:
@@ -177,12 +208,10 @@ def _sources(graph: DatasetGraph) -> set[str]:
 
 
 def _warn(why: str, plan: Plan) -> None:
-    message = (f"from_tf_data(shard='auto') shards this pipeline by elements: {why}. Each "
-               f"process then reads and parses all of its records and keeps 1/{plan.shard_count} "
-               f"of them. To read only each loading group's share, write the data into at least "
-               f"{plan.shard_count} files (a multiple of {plan.shard_count} evens out the groups), "
-               "or pass dataset_fn to build each group's share; shard='elements' says this is "
-               "meant (and silences this warning)")
+    message = (f"from_tf_data(shard='auto') shards this pipeline by elements, so that it keeps "
+               f"its meaning: each process reads and parses all of its records and keeps "
+               f"1/{plan.shard_count} of them. Not by files: {why}. shard='elements' says "
+               "reading everything is meant (and silences this warning)")
     if message not in _WARNED:
         _WARNED.add(message)
         warnings.warn(message, ShardingWarning, stacklevel=4)

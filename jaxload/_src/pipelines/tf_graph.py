@@ -1,6 +1,6 @@
 """What a tf.data pipeline's graph says about it, read before any data: which ops read files,
-which make the order (or the values) differ between processes, and whether tf.data can save
-its iterator compactly.
+where they sit, and whether tf.data can save its iterator compactly. Which ops make the order
+(or the values) differ between processes: :mod:`~jaxload._src.pipelines.tf_order`.
 
 The graph is the one tf.data serializes (:func:`jaxload._src.compat.tf_graph`): dataset ops,
 with the functions of ``map``/``interleave``/``flat_map`` in its library, each op's seeds as
@@ -8,17 +8,15 @@ constant inputs.
 
 Example:
   >>> import tensorflow as tf
-  >>> ds = tf.data.Dataset.range(8).shuffle(4)          # no seed: each process draws its own
-  >>> [found.split(" (")[0] for found in order_varying(DatasetGraph.of(ds))]
-  ['ShuffleDatasetV3 without a seed']
-  >>> order_varying(DatasetGraph.of(tf.data.Dataset.range(8).shuffle(4, seed=1)))
-  []
+  >>> graph = DatasetGraph.of(tf.data.TFRecordDataset(["a.tfrecord"]).map(tf.strings.length))
+  >>> graph.readers(), graph.symbolic()
+  (['TFRecordDataset'], True)
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from jaxload._src import compat
@@ -27,13 +25,18 @@ from jaxload._src import compat
 READERS = frozenset({
     "TFRecordDataset", "TFRecordDatasetV2", "TextLineDataset", "FixedLengthRecordDataset",
     "FixedLengthRecordDatasetV2", "ArrayRecordDataset", "RecordIODataset", "SSTableDataset"})
-# ops whose order is drawn at random unless seeded: (seed, seed2) input positions
-_SEEDED = {"ShuffleDataset": (2, 3), "ShuffleDatasetV3": (2, 3), "ShuffleAndRepeatDataset": (2, 3),
-           "ShuffleAndRepeatDatasetV2": (2, 3), "RandomDataset": (0, 1),
-           "RandomDatasetV2": (0, 1)}
-_NEVER_SEEDED = frozenset({"ShuffleDatasetV2"})  # seeded by a generator resource only
+# ops that read files which TensorFlow's file sharding cannot split between workers: a pipeline
+# reading through them is sharded by elements, with a warning naming them
+UNSPLITTABLE = frozenset({
+    "LoadDataset", "SnapshotDatasetV2", "SnapshotDataset", "SnapshotDatasetReader",
+    "CSVDataset", "CSVDatasetV2", "ExperimentalCSVDataset", "SqlDataset",
+    "ExperimentalSqlDataset", "ExperimentalLMDBDataset", "LMDBDataset"})
+# interleaves, whose order is set by their cycle_length
+INTERLEAVES = frozenset({"InterleaveDataset", "ParallelInterleaveDatasetV2",
+                         "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4",
+                         "LegacyParallelInterleaveDatasetV2"})
 # ops inside functions whose values are drawn at random unless seeded (attrs seed, seed2)
-_RANDOM_VALUES = frozenset({
+RANDOM_VALUES = frozenset({
     "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
     "RandomShuffle", "Multinomial", "RandomGamma", "RandomPoissonV2"})
 # stateful ops that hold no position: seeds and their generators
@@ -81,6 +84,7 @@ class DatasetGraph:
     external_state: str | None
     ignores_external_state: bool
     symbolic_option: bool | None = None
+    graph: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, ds: Any) -> DatasetGraph:
@@ -101,22 +105,39 @@ class DatasetGraph:
             external = None
         elif named:  # also where TensorFlow's own check passes (it can, in a long-lived process)
             external = external or f"{named[0]} is stateful."
-        elif external and external.split(" ")[0] in _RANDOM_VALUES | _SEED_STATE:
+        elif external and external.split(" ")[0] in RANDOM_VALUES | _SEED_STATE:
             external, ignores = None, True
         return cls(nodes, options.deterministic, external, ignores,
-                   options.experimental_symbolic_checkpoint)
+                   options.experimental_symbolic_checkpoint, graph)
+
+    def feeding(self, names: list[str], graph: Any = None) -> DatasetGraph:
+        """The part of the pipeline that feeds the top-level nodes ``names`` (themselves
+        excluded) of ``graph`` (a ``GraphDef``; by default the pipeline's own), functions
+        included: what decides the order of the elements reaching them."""
+        graph = self.graph if graph is None else graph
+        top = upstream(graph, names)
+        return dataclasses.replace(self, nodes=tuple(_nodes_of(graph, top)), graph=graph)
 
     def ops(self) -> set[str]:
         return {op for op, _, _ in self.nodes}
+
+    def caches_to_files(self) -> bool:
+        """Whether the pipeline has a ``cache(filename)`` (or a cache whose file is computed)."""
+        return any(op in ("CacheDataset", "CacheDatasetV2") and constant(
+            constants, node.input[1]) != b"" for op, node, constants in self.nodes)
 
     def readers(self) -> list[str]:
         """The ops that read files, sorted."""
         return sorted(self.ops() & READERS)
 
-    def shard_hint(self) -> bool:
-        """Whether the user placed ``shard(SHARD_HINT, SHARD_HINT)``."""
-        return any(op == "ShardDataset" and constant(constants, node.input[1]) == -1
-                   for op, node, constants in self.nodes)
+    def shard_hints(self) -> list[str]:
+        """The names of the ``shard(SHARD_HINT, SHARD_HINT)`` nodes the user placed in the
+        pipeline itself (TensorFlow fills in only those, not those inside functions)."""
+        if self.graph is None:
+            return []
+        constants = {n.name: n for n in self.graph.node if n.op == "Const"}
+        return [node.name for node in self.graph.node if node.op == "ShardDataset"
+                and constant(constants, node.input[1]) == -1]
 
     def symbolic(self) -> bool:
         """Whether every dataset op restores exactly from a symbolic checkpoint (those in
@@ -127,45 +148,10 @@ class DatasetGraph:
         if self.symbolic_option is False:
             return False
         if ops & PARALLEL_INTERLEAVES and (self.ops() & _RESOURCES or any(
-                op in PARALLEL_INTERLEAVES and (_unordered(self, node) or not _lengths_known(
+                op in PARALLEL_INTERLEAVES and (unordered(self, node) or not _lengths_known(
                     node, constants)) for op, node, constants in self.nodes)):
             return False  # unordered, or resources a rebuilt graph would not share
         return ops <= SYMBOLIC | PARALLEL_INTERLEAVES
-
-
-def order_varying(graph: DatasetGraph) -> list[str]:
-    """The ops that can give each process another order of the same elements, each with its
-    fix."""
-    found = []
-    for op, node, constants in graph.nodes:
-        if op in _NEVER_SEEDED or (op in _SEEDED and not any(
-                constant(constants, node.input[i]) for i in _SEEDED[op])):
-            found.append(f"{op} without a seed ({_WHAT.get(op, 'a random op')}): give it "
-                         "seed=...")
-        elif _attr(node, "sloppy") is True:
-            found.append(f"{op} with sloppy=True: pass deterministic=True")
-        elif _unordered(graph, node):
-            found.append(f"{op} with deterministic=False (elements in the order they are "
-                         "ready): pass deterministic=True, or leave options.deterministic True")
-    return found
-
-
-def value_varying(graph: DatasetGraph) -> list[str]:
-    """The random ops in the pipeline's functions without a seed: each process draws other
-    values (other augmentations of the same rows)."""
-    return [f"{op} without a seed: give it seed=..., use a tf.random.stateless_* op, or call "
-            "tf.random.set_seed before building the pipeline"
-            for op, node, _ in graph.nodes
-            if op in _RANDOM_VALUES and not (_attr(node, "seed") or _attr(node, "seed2"))]
-
-
-_WHAT = {"ShuffleDatasetV3": "Dataset.shuffle, or Dataset.list_files with its default "
-                             "shuffle=True",
-         "ShuffleDataset": "Dataset.shuffle", "ShuffleDatasetV2": "Dataset.shuffle",
-         "ShuffleAndRepeatDataset": "shuffle_and_repeat",
-         "ShuffleAndRepeatDatasetV2": "shuffle_and_repeat",
-         "RandomDataset": "Dataset.random, or sample_from_datasets without a seed",
-         "RandomDatasetV2": "Dataset.random, or sample_from_datasets without a seed"}
 
 
 def _nodes(graph: Any) -> Iterator[tuple[str, Any, dict[str, Any]]]:
@@ -176,10 +162,62 @@ def _nodes(graph: Any) -> Iterator[tuple[str, Any, dict[str, Any]]]:
             yield node.op, node, constants
 
 
-def _unordered(graph: DatasetGraph, node: Any) -> bool:
+def _nodes_of(graph: Any, top: list[Any]) -> Iterator[tuple[str, Any, dict[str, Any]]]:
+    """As :func:`_nodes`, for the top-level nodes ``top`` and the functions they call."""
+    constants = {n.name: n for n in graph.node if n.op == "Const"}
+    for node in top:
+        yield node.op, node, constants
+    for function in functions_of(graph, top):
+        inner = {n.name: n for n in function.node_def if n.op == "Const"}
+        for node in function.node_def:
+            yield node.op, node, inner
+
+
+def upstream(graph: Any, names: Iterable[str]) -> list[Any]:
+    """The top-level dataset nodes of ``graph`` that feed the nodes ``names`` (themselves
+    excluded)."""
+    nodes = {node.name: node for node in graph.node}
+    seen: set[str] = set()
+    todo = [i for name in names for i in dataset_inputs(nodes[name], nodes)]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(dataset_inputs(nodes[name], nodes))
+    return [nodes[name] for name in sorted(seen)]
+
+
+def functions_of(graph: Any, top: Iterable[Any]) -> list[Any]:
+    """The library functions that the nodes ``top`` call, directly or through others."""
+    library = {f.signature.name: f for f in graph.library.function}
+    seen: set[str] = set()
+    todo = [name for node in top for name in called(node)]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in library:
+            continue
+        seen.add(name)
+        todo.extend(n for node in library[name].node_def for n in called(node))
+    return [library[name] for name in sorted(seen)]
+
+
+def called(node: Any) -> Iterator[str]:
+    """The functions a node calls (``map``'s, ``interleave``'s, ``filter``'s predicate, ...)."""
+    for attr in node.attr.values():
+        if attr.WhichOneof("value") == "func" and attr.func.name:
+            yield attr.func.name
+
+
+def dataset_inputs(node: Any, nodes: dict[str, Any]) -> list[str]:
+    """The names of a node's inputs that are datasets."""
+    names = [i.split(":")[0] for i in node.input if not i.startswith("^")]
+    return [n for n in names if n in nodes and "Dataset" in nodes[n].op]
+
+
+def unordered(graph: DatasetGraph, node: Any) -> bool:
     """Whether a parallel op hands out its elements in the order they are ready."""
-    return _attr(node, "deterministic") == "false" or (
-        _attr(node, "deterministic") == "default" and graph.deterministic is False)
+    return attr(node, "deterministic") == "false" or (
+        attr(node, "deterministic") == "default" and graph.deterministic is False)
 
 
 def _lengths_known(node: Any, constants: dict[str, Any]) -> bool:
@@ -206,7 +244,7 @@ def constant(constants: dict[str, Any], name: str) -> Any:
     return value.item() if value.size == 1 else value
 
 
-def _attr(node: Any, name: str) -> Any:
+def attr(node: Any, name: str) -> Any:
     if name not in node.attr:
         return None
     value = node.attr[name]

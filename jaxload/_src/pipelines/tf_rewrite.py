@@ -70,15 +70,13 @@ def _read_ahead_size(node: Any, constants: dict[str, Any]) -> int:
 def _as_interleave(node: Any) -> None:
     """The ``NodeDef`` of a parallel interleave made a sequential one: its inputs after
     ``block_length`` and the attributes a sequential interleave lacks dropped."""
-    from tensorflow.python.framework import op_def_registry
-
     kept = compat.tf_input_index(node, "block_length") + 1
     controls = [i for i in node.input if i.startswith("^")]
     data = [i for i in node.input if not i.startswith("^")][:kept]
     del node.input[:]
     node.input.extend(data + controls)
     node.op = _INTERLEAVE
-    allowed = {a.name for a in op_def_registry.get(_INTERLEAVE).attr}
+    allowed = compat.tf_op_attrs(_INTERLEAVE)
     for name in [a for a in node.attr if a not in allowed]:
         del node.attr[name]
 

@@ -10,14 +10,19 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxload._src.pipelines.base import Batches, LocalSpec
-from jaxload._src.pipelines.tf_files import ELEMENTS, NONE, Sharding, split
-from jaxload._src.pipelines.tf_graph import (
-    PARALLEL_INTERLEAVES,
-    DatasetGraph,
-    order_varying,
-    value_varying,
+from jaxload._src.pipelines.tf_files import (
+    ELEMENTS,
+    FILES,
+    HINT,
+    NONE,
+    Sharding,
+    split,
+    with_own_caches,
 )
+from jaxload._src.pipelines.tf_graph import PARALLEL_INTERLEAVES, DatasetGraph
 from jaxload._src.pipelines.tf_iterator import batches_of, checkpointed, counted
+from jaxload._src.pipelines.tf_order import order_varying, value_varying
+from jaxload._src.pipelines.tf_probe import Probe as _Probe
 from jaxload._src.pipelines.tf_rewrite import sequential_interleaves
 from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
 from jaxload._src.plan import Plan
@@ -51,6 +56,11 @@ class TfDataset:
         self._share, self.sharding = (ds, Sharding(NONE)) if shard in (False, FUNCTION) else (
             split(ds, plan, "auto" if shard is True else str(shard), graph))
         check_same_order(graph, self.sharding, plan)
+        if self.sharding.mode == ELEMENTS and graph.caches_to_files():
+            self._ds = ds = with_own_caches(ds, plan, ELEMENTS)
+        elif self.sharding.mode == HINT and graph.caches_to_files():
+            self._share = with_own_caches(self._share, plan, HINT)
+        self._same = _Probe(self._ds, plan, self.sharding, batched)
         self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
             f"tf.data/{self.sharding.mode}")
         self._save = _saveable(graph)
@@ -88,11 +98,11 @@ class TfDataset:
             length = _length(pipeline)
             if count:
                 return Batches(counted(pipeline, itertools.count(consumed + 1)),
-                               length=length)
+                               length=length, describe=self._same.described)
             remaining = length - consumed if length not in (None, INFINITE) else length
             return Batches(checkpointed(pipeline, position,
                                         ignore_external_state=bool(self._save)),
-                           length=remaining)
+                           length=remaining, describe=self._same.described)
 
         return batches
 
@@ -134,17 +144,26 @@ _BY_FILES = (
 
 def check_same_order(graph: DatasetGraph, sharding: Sharding, plan: Plan) -> None:
     """Refuses, before any data, a pipeline whose order (or values) can differ between
-    processes where that would duplicate and lose records (sharding by elements) or give
-    the processes of one loading group different rows."""
+    processes where that would duplicate and lose records, or give the processes of one loading
+    group different rows. What must give the same order is what feeds the split: the whole
+    pipeline sharded by elements; the file names (less the shuffles TensorFlow moves after the
+    split) sharded by files; what comes before a ``SHARD_HINT``; and within a loading group of
+    several processes, everything."""
     group = plan.loading_groups[plan.shard_index]
-    order = order_varying(graph)
-    if order and sharding.mode == ELEMENTS and plan.shard_count > 1:
+    before = graph if sharding.mode == ELEMENTS else sharding.before
+    order = order_varying(before) if before is not None and plan.shard_count > 1 else []
+    if order:
+        where = {ELEMENTS: f"by elements (each process keeps every {plan.shard_count}th element "
+                           "of its own order)",
+                 FILES: "by files (each loading group keeps its share of the file names in "
+                        "their order on its own processes)",
+                 HINT: "at your shard(SHARD_HINT) (each loading group keeps its share of the "
+                       "elements before it, in their order on its own processes)"}
         raise ValueError(
-            "from_tf_data shards this pipeline by elements (each process keeps every "
-            f"{plan.shard_count}th element of its own order), but its order can differ between "
-            "processes, which would deliver some records twice and others never: "
+            f"from_tf_data shards this pipeline {where[sharding.mode]}, but that order can differ "
+            "between processes, which would deliver some records twice and others never: "
             f"{'; '.join(order)}")
-    varying = order + value_varying(graph)
+    varying = order_varying(graph) + value_varying(graph)
     if varying and len(group) > 1:
         raise ValueError(
             f"processes {list(group)} form one loading group and must read identical rows, but "

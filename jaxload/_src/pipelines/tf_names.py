@@ -1,0 +1,113 @@
+"""The file names that TensorFlow's file sharding deals out to the loading groups: counted and
+hashed before any record is read, in bounded time.
+
+Each loading group keeps the names ``k, k + K, ...`` of one list, so the groups' files are
+disjoint and make up the whole list only where every process builds the same list in the same
+order. The graph shows most of what could make it differ (an unseeded shuffle, an unordered
+interleave; :mod:`~jaxload._src.pipelines.tf_graph`), but not a generator or a glob whose order
+differs between machines: each process hashes its list here, and the processes compare the
+hashes in the pass's first round (:mod:`jaxload._src.same_dataset`).
+
+Example:
+  >>> import tensorflow as tf
+  >>> import numpy as np
+
+from jaxload._src import compat
+  >>> names = tf.data.Dataset.from_tensor_slices(["a", "b", "c"])
+  >>> share = compat.tf_auto_shard(names.interleave(tf.data.TFRecordDataset), 2, 0,
+  ...                              tf.data.experimental.AutoShardPolicy.FILE)
+  >>> found = file_names(compat.tf_graph(share))
+  >>> found.count, len(found.digest)
+  (3, 16)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from jaxload._src import compat
+
+LIMIT = 1_000_000  # names counted at most (a longer list is "at least" this long)
+_BATCH = 4096  # names read from tf.data at once
+
+
+@dataclasses.dataclass(frozen=True)
+class FileNames:
+    """The names dealt out.
+
+    Attributes:
+      count: how many (the fewest, where several sources are sharded); ``LIMIT`` at most.
+      digest: a hash of every list in order (16 hex digits).
+      first: the first name, to show where the lists differ.
+      repeated: the list is repeated (``list_files(...).repeat()``): counted once.
+    """
+
+    count: int
+    digest: str
+    first: str
+    repeated: bool = False
+
+
+def file_names(graph: Any) -> FileNames | None:
+    """The names flowing into the shard ops that TensorFlow's file sharding inserted in
+    ``graph`` (the rewritten pipeline's ``GraphDef``, left as it is); None where it inserted
+    none."""
+    nodes = {node.name: node for node in graph.node}
+    counts, first, repeated = [], "", False
+    digest = hashlib.blake2b(digest_size=8)
+    for name in inserted_shards(graph):
+        start = nodes[name].input[0].split(":")[0]
+        while nodes[start].op == "RepeatDataset":  # counted once, not over every repetition
+            start, repeated = nodes[start].input[0].split(":")[0], True
+        count, head = _hash_names(_names(graph, start, nodes[name]), digest)
+        counts.append(count)
+        first = first or head
+    if not counts:
+        return None
+    return FileNames(min(counts), digest.hexdigest(), first, repeated)
+
+
+def inserted_shards(graph: Any) -> list[str]:
+    """The names of the shard ops TensorFlow's file sharding inserted (they require every
+    worker to get a file)."""
+    return [node.name for node in graph.node
+            if node.op == "ShardDataset" and node.attr["require_non_empty"].b]
+
+
+def _names(graph: Any, start: str, shard: Any) -> Any:
+    """The dataset of names that node ``start`` of ``graph`` yields into ``shard`` (each a name,
+    or a list of names an interleave reads together)."""
+    import tensorflow as tf
+
+    names = type(graph)()
+    names.CopyFrom(graph)
+    retval(names).input[0] = start
+    shape = tf.TensorShape(shard.attr["output_shapes"].list.shape[0])
+    return compat.tf_from_graph(names, tf.TensorSpec(shape, tf.string))
+
+
+def _hash_names(names: Any, digest: Any) -> tuple[int, str]:
+    """``(count, first name)`` of ``names``, each name added to ``digest``; at most
+    :data:`LIMIT`, read in batches."""
+    count, first = 0, ""
+    batches = names.take(LIMIT)
+    if names.element_spec.shape.is_fully_defined():  # else one at a time
+        batches = batches.batch(_BATCH)
+    for batch in batches:
+        values = np.asarray(batch.numpy())
+        count += len(values) if names.element_spec.shape.is_fully_defined() else 1
+        flat = values.reshape(-1)
+        first = first or (flat[0].decode(errors="replace") if len(flat) else "")
+        digest.update(b"\0".join(flat) + b"\0")
+    digest.update(b"|")
+    return count, first
+
+
+def retval(graph: Any) -> Any:
+    """The node whose input is the dataset a ``GraphDef`` of :func:`compat.tf_graph` returns."""
+    (node,) = [node for node in graph.node if node.op == "_Retval"]
+    return node

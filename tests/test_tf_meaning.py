@@ -1,0 +1,281 @@
+"""A tf.data pipeline keeps its meaning under jaxload's sharding, or jaxload says why, in real
+processes (2 processes x 2 devices: 2 loading groups, ``remainder="pad"``).
+
+For each pipeline a user plausibly writes, one of three outcomes, compared with what the
+unsharded pipeline gives in this (the parent) process:
+
+- delivered exactly: every record as often as the unsharded pipeline gives it;
+- sharded by elements with a :class:`jaxload.ShardingWarning` naming the op (and delivered
+  exactly);
+- refused on every process before the first batch, naming the op or what differs.
+
+Every record of the test files is a ``tf.train.Example`` with one int64 ``id``; file ``f`` holds
+the ids ``[1000 * f, 1000 * f + size_f)``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from test_tf_files import write_files
+
+from placement import global_rows, record
+
+SIZES = [3, 3, 3, 3]  # the four files of one source (12 records)
+LONG = [6, 6]  # two files of another (12 records)
+
+
+def parse(serialized):
+    import tensorflow as tf
+
+    return tf.io.parse_single_example(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})
+
+
+def _files(root: str, name: str) -> list[str]:
+    return sorted(str(p) for p in Path(root, name).glob("*.tfrecord"))
+
+
+def pipeline(shape: str, root: str):
+    """The pipeline ``shape`` over the files under ``root`` (built alike in every process and in
+    the parent, except where the shape makes the processes differ)."""
+    import tensorflow as tf
+
+    files = _files(root, "four")
+    records = tf.data.TFRecordDataset(files)
+    names = tf.data.Dataset.from_tensor_slices(files)
+    if shape == "take":
+        return records.take(5).map(parse)
+    if shape == "skip":
+        return records.skip(5).map(parse)
+    if shape == "user-shard":
+        return records.shard(2, 1).map(parse)
+    if shape == "zip":
+        other = tf.data.TFRecordDataset(_files(root, "two")).map(parse)
+        return tf.data.Dataset.zip((records.map(parse), other)).map(
+            lambda a, b: {"id": a["id"], "other": b["id"]})
+    if shape == "cache":
+        return records.cache(str(Path(root, "cache", "records"))).map(parse)
+    if shape == "plain":
+        return names.interleave(tf.data.TFRecordDataset, cycle_length=2).map(parse)
+    if shape == "sampled-names":  # no seed: each process draws its own file order
+        lists = [tf.data.Dataset.from_tensor_slices(files[:2]),
+                 tf.data.Dataset.from_tensor_slices(files[2:])]
+        return tf.data.Dataset.sample_from_datasets(lists).interleave(
+            tf.data.TFRecordDataset, cycle_length=1).map(parse)
+    if shape == "sampled-sources":  # seeded, over sources that read files
+        sources = [tf.data.TFRecordDataset(files[:2]), tf.data.TFRecordDataset(files[2:])]
+        return tf.data.Dataset.sample_from_datasets(sources, seed=3).map(parse)
+    if shape == "unordered-names":
+        lists = tf.data.Dataset.from_tensor_slices([files[:2], files[2:]])
+        return lists.interleave(tf.data.Dataset.from_tensor_slices, cycle_length=2,
+                                num_parallel_calls=2, deterministic=False).interleave(
+            tf.data.TFRecordDataset, cycle_length=1).map(parse)
+    if shape == "hint-after-shuffle":
+        hint = tf.data.experimental.SHARD_HINT
+        return tf.data.Dataset.range(64).shuffle(64).shard(hint, hint).map(lambda i: {"id": i})
+    if shape == "set-seed":  # the global seed stays set (run_shape clears it)
+        tf.random.set_seed(1)
+        return tf.data.Dataset.range(48).shuffle(48).map(lambda i: {"id": i})
+    if shape == "generator":  # an order the graph cannot show: each process draws its own
+        return tf.data.Dataset.from_generator(
+            lambda: iter(random.sample(range(48), 48)),
+            output_signature=tf.TensorSpec((), tf.int64)).map(lambda i: {"id": i})
+    if shape == "generated-names":  # file names listed in another order on each process
+        return tf.data.Dataset.from_generator(
+            lambda: iter(random.sample(files, len(files))),
+            output_signature=tf.TensorSpec((), tf.string)).interleave(
+            tf.data.TFRecordDataset, cycle_length=1).map(parse)
+    if shape == "cycle-by-process":  # as an unset cycle_length on machines of other CPU counts
+        import jax
+
+        return tf.data.Dataset.range(4).interleave(
+            lambda i: tf.data.Dataset.range(10 * i, 10 * i + 6),
+            cycle_length=1 + jax.process_index()).map(lambda i: {"id": i})
+    if shape == "load-default":
+        return tf.data.Dataset.load(str(Path(root, "saved"))).map(lambda i: {"id": i})
+    if shape == "load-ordered":
+        return tf.data.Dataset.load(str(Path(root, "saved")), reader_func=lambda datasets:
+                                    datasets.interleave(lambda d: d, cycle_length=1)).map(
+            lambda i: {"id": i})
+    if shape == "names-repeated":
+        return tf.data.Dataset.list_files(str(Path(root, "four", "*.tfrecord")),
+                                          shuffle=False).repeat().interleave(
+            tf.data.TFRecordDataset, cycle_length=2).map(parse)
+    raise ValueError(shape)
+
+
+def run_shape(shape: str, root: str, steps: int | None = None) -> dict:
+    """Worker side: a loader over ``shape`` (global batch 4, padded), its steps recorded, the
+    ShardingWarnings it gave, how long it took to build; or the error and how many batches came
+    before it."""
+    import warnings
+
+    import jaxload
+
+    recorded: list = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            start = time.monotonic()
+            loader = jaxload.from_tf_data(pipeline(shape, root), jaxload.data_parallel(),
+                                          global_batch_size=4, remainder="pad", timeout_s=60,
+                                          on_failure="raise")
+            built_s = time.monotonic() - start
+            for batch in loader:
+                recorded.append(record(batch))
+                if steps is not None and len(recorded) == steps:
+                    break
+        except Exception as e:  # the test compares the error every process saw
+            return dict(error=f"{type(e).__name__}: {e}", batches=len(recorded))
+        finally:
+            import tensorflow as tf
+
+            tf.random.set_seed(None)
+    return dict(steps=recorded, built_s=built_s, backend=loader.get_state()["backend"],
+                warnings=[str(w.message) for w in caught
+                          if issubclass(w.category, jaxload.ShardingWarning)])
+
+
+def run_all(root: str) -> dict:
+    return {shape: run_shape(shape, root, steps=3 if shape == "names-repeated" else None)
+            for shape in SHAPES}
+
+
+SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names",
+          "sampled-sources", "unordered-names", "hint-after-shuffle", "set-seed", "generator",
+          "generated-names", "cycle-by-process", "load-ordered", "load-default", "names-repeated"]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> str:
+    import tensorflow as tf
+
+    root = tmp_path_factory.mktemp("meaning")
+    write_files(root / "four", SIZES)
+    write_files(root / "two", LONG)
+    (root / "cache").mkdir()
+    tf.data.Dataset.range(24).save(str(root / "saved"))
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def runs(clusters, root) -> dict:
+    per_process = clusters.run(run_all, num_processes=2, local_devices=2, args=(root,),
+                               timeout_s=280)
+    return {shape: [p[shape] for p in per_process] for shape in SHAPES}
+
+
+def unsharded(shape: str, root: str, keys=("id",)) -> Counter:
+    """What the pipeline gives in one process, unsharded."""
+    return Counter(tuple(int(e[k]) for k in keys)
+                   for e in pipeline(shape, root).as_numpy_iterator())
+
+
+def delivered(results: list[dict], keys=("id",)) -> Counter:
+    """Every real row over all steps (masked-out padding left out), as tuples of ``keys``."""
+    rows: Counter = Counter()
+    for step in range(len(results[0]["steps"])):
+        values = [global_rows(step, f"['{k}']", results) for k in keys]
+        mask = global_rows(step, "['mask']", results)
+        rows.update(tuple(int(v[r]) for v in values) for r in sorted(mask) if mask[r])
+    return rows
+
+
+def exactly(results: list[dict], expected: Counter, keys=("id",)) -> None:
+    assert all("error" not in r for r in results), results
+    assert delivered(results, keys) == expected
+
+
+def warned(results: list[dict], *words: str) -> None:
+    for r in results:
+        assert len(r["warnings"]) == 1, r["warnings"]
+        assert all(w in r["warnings"][0] for w in words), r["warnings"][0]
+
+
+def refused(results: list[dict], *words: str) -> None:
+    for r in results:
+        assert "error" in r, r.get("backend")
+        assert r["error"].startswith("ValueError"), r["error"]
+        assert r["batches"] == 0, r  # before the first batch
+        assert all(w in r["error"] for w in words), r["error"]
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("shape, op", [("take", "take (TakeDataset"),
+                                       ("skip", "skip (SkipDataset"),
+                                       ("user-shard", "pass shard=False"),
+                                       ("sampled-sources", "sample_from_datasets")])
+def test_an_op_that_would_change_under_file_sharding_falls_back_to_elements(runs, root, shape,
+                                                                             op):
+    results = runs[shape]
+    exactly(results, unsharded(shape, root))
+    warned(results, op, "apply it before the files are read" if shape != "sampled-sources"
+           else "TensorFlow's file sharding cannot split it")
+    assert results[0]["backend"] == "tf.data"
+
+
+@pytest.mark.cluster
+def test_a_zip_of_file_sources_keeps_its_pairs(runs, root):
+    results = runs["zip"]
+    exactly(results, unsharded("zip", root, ("id", "other")), ("id", "other"))
+    warned(results, "zip (or enumerate) (ZipDataset")
+
+
+@pytest.mark.cluster
+def test_a_cache_to_a_file_gets_a_file_per_process_under_file_sharding(runs, root):
+    results = runs["cache"]
+    exactly(results, unsharded("cache", root))
+    assert results[0]["backend"] == "tf.data/files"
+    assert all(r["warnings"] == [] for r in results)
+    written = sorted(p.name for p in Path(root, "cache").iterdir())
+    assert any(".0-of-2.process-0" in name for name in written), written
+    assert any(".1-of-2.process-1" in name for name in written), written
+
+
+@pytest.mark.cluster
+def test_a_plain_file_pipeline_is_sharded_by_files_and_delivered_exactly(runs, root):
+    results = runs["plain"]
+    exactly(results, unsharded("plain", root))
+    assert results[0]["backend"] == "tf.data/files" and results[0]["warnings"] == []
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("shape, words", [
+    ("sampled-names", ["by files", "RandomDataset without a seed"]),
+    ("unordered-names", ["by files", "deterministic=False"]),
+    ("hint-after-shuffle", ["SHARD_HINT", "ShuffleDatasetV3 without a seed"]),
+    ("set-seed", ["by elements", "seeded only by tf.random.set_seed", "seed=..."]),
+    ("load-default", ["by elements", "LoadDataset (Dataset.load)", "reader_func"]),
+])
+def test_an_order_that_can_differ_between_processes_is_refused_from_the_graph(runs, shape,
+                                                                              words):
+    refused(runs[shape], *words)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("shape, what", [("generator", "first elements"),
+                                         ("generated-names", "file names"),
+                                         ("cycle-by-process", "first elements")])
+def test_an_order_the_graph_cannot_show_is_refused_at_the_first_round(runs, shape, what):
+    refused(runs[shape], "the processes shard different datasets", what, "process [0]",
+            "process [1]")
+
+
+@pytest.mark.cluster
+def test_dataset_load_in_order_is_sharded_by_elements_with_a_warning(runs, root):
+    results = runs["load-ordered"]
+    exactly(results, unsharded("load-ordered", root))
+    warned(results, "LoadDataset", "cannot split")
+
+
+@pytest.mark.cluster
+def test_repeated_file_names_are_counted_once_and_built_quickly(runs):
+    results = runs["names-repeated"]
+    assert all("error" not in r for r in results), results
+    assert all(r["built_s"] < 5 for r in results), [r["built_s"] for r in results]
+    assert results[0]["backend"] == "tf.data/files"
+    assert all(len(r["steps"]) == 3 for r in results)
