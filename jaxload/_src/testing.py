@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pickle
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from typing import Any, TextIO
 
 from jaxload._src.cluster import free_port, initialize, process_env
 from jaxload._src.validate import is_positive_int
+from jaxload._src.worker_target import check_not_loading, function_at, function_file
 
 _TAIL_LINES = 30
 
@@ -196,6 +196,7 @@ def _launch(command: Callable[[int], list[str]], num_processes: int, local_devic
 
 
 def _check_cluster(num_processes: int, local_devices: int) -> None:
+    check_not_loading("starting jaxload.testing processes")
     for name, value in (("num_processes", num_processes), ("local_devices", local_devices)):
         if not is_positive_int(value):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -241,34 +242,6 @@ def _describe(failure: str, procs: Sequence[subprocess.Popen[Any]], logs: list[s
         tail = "\n".join(log.splitlines()[-_TAIL_LINES:])
         parts.append(f"--- process {rank} (exit code {proc.returncode}), last lines ---\n{tail}")
     return "\n".join(parts)
-
-
-def function_file(fn: Callable[..., Any]) -> Path:
-    """The file ``fn`` is defined in, which each process loads again."""
-    module = sys.modules.get(fn.__module__)
-    file = getattr(module, "__file__", None)
-    if file is None or "<locals>" in fn.__qualname__:
-        raise TypeError(f"{fn.__qualname__} must be a module-level function of a file the "
-                        f"processes can load it from (it is defined in {fn.__module__})")
-    return Path(file).resolve()
-
-
-def function_at(source: str, qualname: str) -> Any:
-    """The function ``qualname`` of the file ``source``, loaded as a new module (its own helper
-    modules, next to it, are importable)."""
-    folder = str(Path(source).parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(f"_jaxload_target_{Path(source).stem}", source)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {source} as a module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    fn: Any = module
-    for part in qualname.split("."):
-        fn = getattr(fn, part)
-    return fn
 
 
 def _worker(source: str, qualname: str, args_file: str, result_file: str) -> None:

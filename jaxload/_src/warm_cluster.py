@@ -20,7 +20,8 @@ from types import TracebackType
 from typing import Any
 
 from jaxload._src.cluster import free_port, process_env
-from jaxload._src.testing import ProcessesFailed, _check_cluster, _describe, function_file
+from jaxload._src.testing import ProcessesFailed, _check_cluster, _describe
+from jaxload._src.worker_target import function_file
 
 _GRACE_S = 0.5  # after a process fails, the others may print their own view of it
 _POLL_S = 0.01

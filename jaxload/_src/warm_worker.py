@@ -21,7 +21,7 @@ from typing import Any
 
 from jaxload._src import compat, process_state
 from jaxload._src.cluster import initialize
-from jaxload._src.testing import function_at
+from jaxload._src.worker_target import function_at
 
 
 def serve(directory: Path) -> None:
