@@ -131,6 +131,13 @@ def test_a_shard_hint_is_honoured():
     group = share(ds, plan(index=1))
     assert group.sharding.mode == "hint" and group.backend == "tf.data/hint"
     assert list(group._share.as_numpy_iterator()) == list(range(1, 64, 4))
+    # a hint inside a function is not one TensorFlow fills in
+    inner = tf.data.Dataset.range(2).flat_map(lambda i: tf.data.Dataset.range(8).shard(
+        tf.data.experimental.SHARD_HINT, tf.data.experimental.SHARD_HINT))
+    assert share(inner, plan(index=1)).sharding.mode == "elements"
+    with pytest.raises(ValueError, match="shard='elements' splits the whole pipeline, but it "
+                                         r"holds a shard\(SHARD_HINT"):
+        share(ds, plan(index=1), shard="elements")
 
 
 @pytest.mark.parametrize("bad", ["bogus", "file", 1.0, None])

@@ -66,10 +66,13 @@ def from_tf_data(
 
         - ``"auto"`` (the default; ``True`` means the same): by files where ``ds`` reads files
           (``list_files``, ``TFRecordDataset``, ``TextLineDataset``,
-          ``FixedLengthRecordDataset``, an ``interleave`` over them): TensorFlow's file
-          sharding rewrite gives group ``k`` of ``K`` the files ``k, k + K, ...`` before the
-          first op that reads them, and the ops stay as written. Otherwise, or with fewer files
-          than groups (a :class:`~jaxload.ShardingWarning` says so, once), by elements.
+          ``FixedLengthRecordDataset``, an ``interleave`` over them) and every op after the
+          file reads keeps its meaning on a group's share (``map``, ``filter``, ``shuffle``,
+          ``repeat``, ``batch``, ... ; not ``take``, ``skip``, ``zip``, your own ``shard``, ...:
+          the tf.data guide lists them): TensorFlow's file sharding rewrite gives group ``k``
+          of ``K`` the files ``k, k + K, ...`` before the first op that reads them, and the ops
+          stay as written. Otherwise, or with fewer files than groups (a
+          :class:`~jaxload.ShardingWarning` names the op or the cause, once), by elements.
         - ``"files"``: by files, or a ValueError here saying why not.
         - ``"elements"``: every process reads every element and keeps ``1/K`` of them
           (``ds.shard(K, k)``); the only split a state can continue on another topology.
@@ -78,11 +81,16 @@ def from_tf_data(
 
         A ``shard(tf.data.experimental.SHARD_HINT, SHARD_HINT)`` placed in ``ds`` is honoured
         (it becomes ``shard(K, k)``). Files of different sizes give the groups different
-        numbers of rows: ``remainder="pad"`` still delivers every record once. Sharding by
-        elements needs the same order on every process: an unseeded ``shuffle`` or
-        ``list_files`` (shuffled by default), or ``deterministic=False``, is refused with a
-        ValueError naming the op, as is anything that gives the processes of one loading group
-        other rows.
+        numbers of rows: ``remainder="pad"`` still delivers every record once. What feeds the
+        split (the whole pipeline by elements, the file names by files, what comes before a
+        hint) must give the same order on every process: an unseeded ``shuffle`` or
+        ``sample_from_datasets``, a seed only from ``tf.random.set_seed``, or
+        ``deterministic=False`` there is refused with a ValueError naming the op, as is anything
+        that gives the processes of one loading group other rows. What the graph cannot show
+        (a generator's order) is compared in the first round: each process hashes its file
+        names, or the pipeline's first elements, and a difference raises a ValueError on every
+        process before the first batch. A ``cache(filename)`` gets a file per loading group
+        and process.
       remainder: ``"drop"`` (default) ends the epoch on every process at the first step some
         process cannot fill; ``"pad"`` goes on until every process is exhausted, zero-fills the
         missing rows and adds a bool ``"mask"`` feature (dict elements only). See

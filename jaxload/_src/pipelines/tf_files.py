@@ -97,7 +97,11 @@ def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None
     graph = graph or DatasetGraph.of(ds)
     policy = tf.data.experimental.AutoShardPolicy
     hints = graph.shard_hints()
-    if hints and shard != ELEMENTS:
+    if hints and shard == ELEMENTS:
+        raise ValueError("shard='elements' splits the whole pipeline, but it holds a "
+                         "shard(SHARD_HINT, SHARD_HINT), which only a split at the hint fills "
+                         "in: remove the hint, or leave shard='auto' to split there")
+    if hints:
         share = compat.tf_auto_shard(ds, plan.shard_count, plan.shard_index, policy.HINT)
         return unwrapped(share), Sharding(HINT, before=graph.feeding(hints))
     unsplittable = sorted(graph.ops() & UNSPLITTABLE)
