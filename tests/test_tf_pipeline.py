@@ -431,3 +431,31 @@ def test_an_ended_pipeline_s_iterator_is_destroyed_off_the_reading_thread(monkey
             if thread.name == "jaxload-tf-release":
                 thread.join(timeout=30)
         assert where == ["jaxload-tf-release"], position
+
+
+def test_the_first_elements_are_compared_only_where_the_graph_cannot_show_the_order():
+    import os
+
+    from jaxload._src.pipelines.tf_order import structure, unseen_order
+
+    cpus = len(os.sched_getaffinity(0))
+    assert unseen_order(DatasetGraph.of(tf.data.Dataset.range(8).map(lambda i: i + 1))) == []
+    generated = tf.data.Dataset.from_generator(lambda: iter(range(8)),
+                                               output_signature=tf.TensorSpec((), tf.int64))
+    assert unseen_order(DatasetGraph.of(generated)) == ["GeneratorDataset"]
+    unset = tf.data.Dataset.range(4).interleave(lambda i: tf.data.Dataset.range(i))
+    assert unseen_order(DatasetGraph.of(unset)) == [f"InterleaveDataset with cycle_length={cpus}"]
+    other = tf.data.Dataset.range(4).interleave(lambda i: tf.data.Dataset.range(i),
+                                                cycle_length=cpus + 1)
+    assert unseen_order(DatasetGraph.of(other)) == []
+    assert structure(DatasetGraph.of(unset)) != structure(DatasetGraph.of(other))
+    assert structure(DatasetGraph.of(other)) == structure(DatasetGraph.of(
+        tf.data.Dataset.range(4).interleave(lambda j: tf.data.Dataset.range(j),
+                                            cycle_length=cpus + 1)))
+    # what a process describes: sharded by elements, its ops, and its first elements where the
+    # graph cannot show the order
+    p = plan()
+    assert share(generated.map(lambda i: {"x": i}), p)._same.described()["same"][
+        "first elements"].startswith("8 hashed: ")
+    assert share(tf.data.Dataset.range(64).map(lambda i: {"x": i}), p)._same.described()[
+        "same"]["first elements"] is None

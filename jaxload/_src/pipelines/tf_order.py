@@ -16,7 +16,9 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
+import os
 import random
 from typing import Any
 
@@ -123,3 +125,47 @@ _WHAT = {"ShuffleDatasetV3": "Dataset.shuffle, or Dataset.list_files with its de
          "RandomDatasetV2": "Dataset.random, or sample_from_datasets without a seed"}
 
 
+
+
+# dataset ops whose order the graph fixes (given their inputs, seeds and constants): where a
+# pipeline has only these, the run-time check of its order (tf_probe.py) has nothing to add
+ORDERED = frozenset({
+    "RangeDataset", "TensorDataset", "TensorSliceDataset", "SparseTensorSliceDataset",
+    "TFRecordDataset", "TFRecordDatasetV2", "TextLineDataset", "FixedLengthRecordDataset",
+    "FixedLengthRecordDatasetV2", "MapDataset", "ParallelMapDataset", "ParallelMapDatasetV2",
+    "FilterDataset", "ParallelFilterDataset", "BatchDataset", "BatchDatasetV2",
+    "ParallelBatchDataset", "PaddedBatchDataset", "PaddedBatchDatasetV2", "MapAndBatchDataset",
+    "UnbatchDataset", "PrefetchDataset", "OptionsDataset", "ModelDataset",
+    "MaxIntraOpParallelismDataset", "PrivateThreadPoolDataset", "ThreadPoolDataset",
+    "ShuffleDataset", "ShuffleDatasetV3", "ShuffleAndRepeatDataset", "ShuffleAndRepeatDatasetV2",
+    "RepeatDataset", "TakeDataset", "SkipDataset", "ShardDataset", "ZipDataset",
+    "ConcatenateDataset", "FlatMapDataset", "InterleaveDataset", "ParallelInterleaveDatasetV4",
+    "LegacyParallelInterleaveDatasetV2", "WindowDataset", "ScanDataset", "IgnoreErrorsDataset",
+    "DirectedInterleaveDataset", "RandomDataset", "RandomDatasetV2", "GroupByWindowDataset",
+    "TakeWhileDataset", "AssertCardinalityDataset", "AssertNextDataset"})
+
+
+def unseen_order(graph: DatasetGraph) -> list[str]:
+    """The ops whose order the graph cannot show: a source or op outside :data:`ORDERED` (a
+    generator, a cache that may hold an earlier run's records, ...), and an interleave whose
+    ``cycle_length`` is this machine's CPU count (what TensorFlow writes for an unset one, so
+    another machine may interleave another number of inputs)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    found = sorted({op for op, _, _ in graph.nodes if "Dataset" in op and op not in ORDERED})
+    found += sorted({f"{op} with cycle_length={cpus}" for op, node, constants in graph.nodes
+                     if op in INTERLEAVES and input_constant(node, constants, "cycle_length")
+                     == cpus})
+    return found
+
+
+def structure(graph: DatasetGraph) -> str:
+    """The pipeline's dataset ops and interleave cycle lengths, in words with a hash: the same
+    on every process that builds the same pipeline (function names, which count each process's
+    traces, left out). A cycle length TensorFlow set from the machine's CPU count differs
+    between machines of other CPU counts."""
+    ops = sorted(op for op, _, _ in graph.nodes if "Dataset" in op)
+    cycles = sorted(input_constant(node, constants, "cycle_length")
+                    for op, node, constants in graph.nodes if op in INTERLEAVES)
+    digest = hashlib.blake2b(repr((ops, cycles)).encode(), digest_size=8).hexdigest()
+    return f"{len(ops)} dataset ops, hashed {digest}" + (
+        f"; interleave cycle lengths {cycles}" if cycles else "")

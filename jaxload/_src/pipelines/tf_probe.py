@@ -5,23 +5,29 @@ The graph shows most of what can give the processes different orders (an unseede
 unordered interleave; :func:`~jaxload._src.pipelines.tf_order.order_varying`), but not a
 generator that yields in another order, a ``py_function``, a glob listed in another order, or
 an op jaxload does not know. So, split by files, each process hashes the file names it deals
-out (:mod:`~jaxload._src.pipelines.tf_names`); split by elements, the first elements of the
-whole pipeline, read once per loader from its start (a second iterator: :data:`ELEMENTS_HASHED`
-elements at most). The hashes must be equal on every process.
+out (:mod:`~jaxload._src.pipelines.tf_names`, while counting them); split by elements, where
+the graph cannot show the order (:func:`~jaxload._src.pipelines.tf_order.unseen_order`), the
+first elements of the whole pipeline, read once per loader from its start with a second
+iterator (:data:`ELEMENTS_HASHED` at most: benchmarks/order_check.py gives the cost), and
+always the pipeline's structure (:func:`~jaxload._src.pipelines.tf_order.structure`: an
+interleave's cycle length set from the CPU count shows there). They must be equal on every
+process.
 
 Example:
   >>> import tensorflow as tf
   >>> from jaxload._src.pipelines.tf_files import Sharding
   >>> plan = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4)).plan(
   ...     global_batch_size=8, process_index=0)
-  >>> probe = Probe(tf.data.Dataset.range(100), plan, Sharding("elements"), batched=False)
+  >>> probe = Probe(tf.data.Dataset.range(100), plan, Sharding("elements"), batched=False,
+  ...               unseen=["GeneratorDataset"])
   >>> probe.described()["same"]
-  {'first elements': '8 hashed: ...'}
+  {'pipeline': None, 'first elements': '8 hashed: ...'}
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from typing import Any
 
 import numpy as np
@@ -30,15 +36,18 @@ from jaxload._src.pipelines.tf_files import ELEMENTS, FILES, Sharding
 from jaxload._src.plan import Plan
 from jaxload._src.same_dataset import Described
 
-ELEMENTS_HASHED = 64  # at most, split by elements (fewer where a global batch is smaller)
+ELEMENTS_HASHED = 16  # at most, split by elements (fewer where a global batch is smaller)
 _BATCHES_HASHED = 4  # elements that are batches already (batched=True)
 
 
 class Probe:
     """This process's description of the pipeline it splits (see the module)."""
 
-    def __init__(self, ds: Any, plan: Plan, sharding: Sharding, batched: bool):
+    def __init__(self, ds: Any, plan: Plan, sharding: Sharding, batched: bool,
+                 unseen: list[str] | None = None, structure: str | None = None):
         self._ds, self._plan, self._sharding, self._batched = ds, plan, sharding, batched
+        self._unseen = unseen  # what the graph cannot show of its order (None: unknown)
+        self._structure = structure  # the pipeline's ops, compared where split by elements
         self._found: dict[str, Any] | None = None
 
     def described(self) -> dict[str, Any] | None:
@@ -48,12 +57,14 @@ class Probe:
         if plan.shard_count == 1 or sharding.mode not in (FILES, ELEMENTS):
             return None
         if self._found is None:
+            same: dict[str, str | None]
             if sharding.mode == FILES and sharding.names is not None:
                 names = sharding.names
                 same = {"file names": f"{names.count} from {names.first!r}, hashed: "
                                       f"{names.digest}"}
             else:
-                same = {"first elements": self._elements()}
+                same = {"pipeline": self._structure,
+                        "first elements": None if self._unseen == [] else self._elements()}
             self._found = Described(same, plan.shard_index, plan.shard_count).to_json()
         return self._found
 
@@ -63,12 +74,12 @@ class Probe:
                                                       self._plan.global_batch_size)
         digest = hashlib.blake2b(digest_size=8)
         count = 0
-        for batch in self._ds.take(n).batch(n).as_numpy_iterator():
-            for leaf in _leaves(batch):
+        for element in itertools.islice(self._ds.as_numpy_iterator(), n):  # no ops added
+            for leaf in _leaves(element):
                 array = np.ascontiguousarray(leaf)
-                count = len(array)
                 digest.update(f"{array.dtype.str}{array.shape}".encode())
                 digest.update(array.tobytes() if array.dtype != object else repr(array).encode())
+            count += 1
         return f"{count} hashed: {digest.hexdigest()}"
 
 

@@ -21,7 +21,12 @@ from jaxload._src.pipelines.tf_files import (
 )
 from jaxload._src.pipelines.tf_graph import PARALLEL_INTERLEAVES, DatasetGraph
 from jaxload._src.pipelines.tf_iterator import batches_of, checkpointed, counted
-from jaxload._src.pipelines.tf_order import order_varying, value_varying
+from jaxload._src.pipelines.tf_order import (
+    order_varying,
+    structure,
+    unseen_order,
+    value_varying,
+)
 from jaxload._src.pipelines.tf_probe import Probe as _Probe
 from jaxload._src.pipelines.tf_rewrite import sequential_interleaves
 from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
@@ -60,7 +65,8 @@ class TfDataset:
             self._ds = ds = with_own_caches(ds, plan, ELEMENTS)
         elif self.sharding.mode == HINT and graph.caches_to_files():
             self._share = with_own_caches(self._share, plan, HINT)
-        self._same = _Probe(self._ds, plan, self.sharding, batched)
+        self._same = _Probe(self._ds, plan, self.sharding, batched, unseen_order(graph),
+                            structure(graph))
         self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
             f"tf.data/{self.sharding.mode}")
         self._save = _saveable(graph)
