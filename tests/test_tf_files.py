@@ -253,13 +253,15 @@ def runs_2x4(clusters, files):
 def test_a_resume_parses_only_what_is_left(runs_2x4):
     whole, first, resumed = runs_2x4[:3]
     assert [r["parsed"] for r in whole] == [1024] * 2
-    # 24 of 32 steps, then the other 8: each process parses its 8 x 32 rows, nothing before
-    # (a symbolic checkpoint: positions only, so what the first run read ahead is read again)
+    # 24 of 32 steps, then the other 8: each process parses its 32-row batches from its last
+    # save on (the batches after it again), nothing before it (a symbolic checkpoint:
+    # positions only, so what the first run read ahead is read again)
     assert [len(r["steps"]) for r in first] == [24] * 2
     assert [len(r["steps"]) for r in resumed] == [8] * 2
-    assert [r["parsed"] for r in resumed] == [256] * 2
-    state = first[0]["state"]
-    assert state["position"]["batches"] == 24 and state["position"]["saved"]["batches"] == 24
+    saved = [r["state"]["position"]["saved"]["batches"] for r in first]
+    assert [r["state"]["position"]["batches"] for r in first] == [24] * 2
+    assert all(1 <= s <= 24 for s in saved)
+    assert [r["parsed"] for r in resumed] == [32 * (32 - s) for s in saved]
     both = delivered(first) + delivered(resumed)
     assert both == Counter(all_ids(SIXTEEN)) == delivered(whole)
     for step in range(8):  # the same batches as without the interruption
@@ -276,9 +278,11 @@ def test_dataset_fn_builds_each_groups_share_and_resumes(runs_2x4):
     assert [len(r["steps"]) for r in function] == [5] * 2
     assert delivered(function) + delivered(function_resumed) == Counter(all_ids(SIXTEEN))
     # each process reads its 8 files, 1024 records, 5 x 32 of them before the state: the
-    # resume parses at most the rest (less where the checkpoint of the parallel interleave
-    # holds elements its buffers had parsed), never one before the state
-    assert all(r["parsed"] <= 1024 - 5 * 32 for r in function_resumed)
+    # resume parses at most those from the state's last save on (less where the checkpoint of
+    # the parallel interleave holds elements its buffers had parsed), never one before the save
+    saved = [r["state"]["position"]["saved"]["batches"] for r in function]
+    assert all(1 <= s <= 5 for s in saved)
+    assert all(r["parsed"] <= 1024 - s * 32 for r, s in zip(function_resumed, saved, strict=True))
 
 
 @pytest.mark.cluster

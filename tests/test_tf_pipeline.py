@@ -16,7 +16,7 @@ import pytest
 from test_tf_files import write_files
 
 import jaxload
-from jaxload._src.pipelines import tf_files, tfdata
+from jaxload._src.pipelines import tf_files, tf_iterator, tfdata
 from jaxload._src.pipelines.tf_graph import DatasetGraph
 from jaxload._src.pipelines.tfdata import TfDataset
 
@@ -225,7 +225,7 @@ def test_a_restored_iterator_continues_exactly(tmp_path, name, groups):
         first = share(make(files), group_plan)
         batches = first.batches(None)
         _, position = next(itertools.islice(iter(batches), stop - 1, None))
-        assert position["batches"] == position["saved"]["batches"] == stop
+        assert position["batches"] == stop and 1 <= position["saved"]["batches"] <= stop
         again = share(make(files), group_plan)
         rest = [b["id"].tolist() for b, _ in again.batches(json.loads(json.dumps(position)))]
         assert rest == reference[stop:], (name, stop)
@@ -261,6 +261,34 @@ def test_a_large_checkpoint_is_saved_less_often_and_reread_is_bounded():
     assert len(state) > 5000 * 64  # the shuffle buffer is in it (int64 values as varints)
 
 
+class Clock:
+    """A clock that moves one second each time it is read: each save then costs 1 s and each
+    batch read 1 s, so the saves fall at fixed batches whatever the machine's load."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1
+        return self.now
+
+
+def test_saves_are_spaced_by_their_cost_and_a_resume_rereads_a_bounded_few():
+    ds = tf.data.Dataset.range(4000).map(lambda x: {"id": x}).batch(2)
+    positions = [p for _, p in tf_iterator.checkpointed(ds, None, ignore_external_state=False,
+                                                        clock=Clock())]
+    reread = [p["batches"] - p["saved"]["batches"] for p in positions]
+    saves = sorted({p["saved"]["batches"] for p in positions})
+    # after the first batch, then each time the time since reaches _RATIO saves' cost
+    assert saves[:3] == [1, 1 + tf_iterator._RATIO, 1 + 2 * tf_iterator._RATIO]
+    assert len(saves) == -(-len(positions) // tf_iterator._RATIO)
+    assert max(reread) == tf_iterator._RATIO - 1 == max(reread[-tf_iterator._RATIO:])
+    for stop in (150, 1990):  # the batches after the save are read again, then the same ones
+        rest = tf_iterator.checkpointed(ds, json.loads(json.dumps(positions[stop - 1])),
+                                        ignore_external_state=False)
+        assert [b["id"][0] for b, _ in rest] == list(range(2 * stop, 4000, 2))
+
+
 @pytest.mark.parametrize("api", ["v0", "v1"])
 def test_an_iterator_checkpoint_goes_through_orbax(tmp_path, api):
     from test_schedule import orbax_checkpoint
@@ -278,7 +306,7 @@ def test_an_iterator_checkpoint_goes_through_orbax(tmp_path, api):
     batches = iter(taken)
     for _ in range(3):
         next(batches)
-    assert taken.get_state()["position"]["saved"]["batches"] == 3
+    assert taken.get_state()["position"]["batches"] == 3
     orbax_checkpoint(api, str(tmp_path / "ckpt"), taken, save=True)
     batches.close()
     restored = loader()

@@ -260,7 +260,7 @@ def _warn_fixed_info_logs() -> None:
         return
     warnings.warn(
         f"tensorflow {tf.__version__} writes the INFO line 'Saving symbolic checkpoint' at every "
-        "save of a tf.data iterator (jaxload saves after every batch) unless "
+        "save of a tf.data iterator unless "
         "TF_CPP_MIN_LOG_LEVEL was 1 or more when TensorFlow was imported (its log level is "
         "fixed then): set TF_CPP_MIN_LOG_LEVEL=1 before importing TensorFlow (importing jax "
         "first does), or use tensorflow >= 2.21, whose level jaxload lowers during the save",

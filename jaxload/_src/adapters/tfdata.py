@@ -136,14 +136,15 @@ def from_tf_data(
       (128,)
 
     Resuming: ``loader.get_state()`` holds tf.data's own checkpoint of this group's iterator
-    (symbolic, positions only, where every op supports it, saved after every batch: a parallel
-    ``interleave`` keeping its order is then rebuilt as a sequential one whose open inputs each
-    read ahead on their own thread, the same elements in the same order; otherwise with its
-    buffers, e.g. a shuffle buffer, saved every 20 times its saving cost),
-    and ``set_state`` on the same plan restores it, reading nothing
-    before the saved position. Sharded by elements, a state also continues on another topology
-    at its global row (``ds.skip(rows).shard(K, k)``; see :mod:`jaxload._src.state`); sharded by
-    files it continues on the same topology only, and ``set_state`` says so on every process.
+    (symbolic, positions only, where every op supports it: a parallel ``interleave`` keeping
+    its order is then rebuilt as a sequential one whose open inputs each read ahead on their own
+    thread, the same elements in the same order; otherwise with its buffers, e.g. a shuffle
+    buffer), saved whenever the reading thread's time since the last save reaches 100 times a
+    save's cost (at most 1% of its time), and ``set_state`` on the same plan restores it and
+    reads the few batches after that save again, nothing before it. Sharded by elements, a
+    state also continues on another topology at its global row (``ds.skip(rows).shard(K, k)``;
+    see :mod:`jaxload._src.state`); sharded by files it continues on the same topology only,
+    and ``set_state`` says so on every process.
     """
     import tensorflow as tf
 

@@ -7,14 +7,16 @@ handed out, and ``state`` is the iterator's checkpoint after batch ``m <= n`` (b
 op supports it, positions only; otherwise the buffers too, e.g. a shuffle buffer). A resume
 restores the checkpoint and reads the ``n - m`` batches after it again.
 
-A checkpoint is taken after every batch while it is small (under ``_SMALL`` bytes: positions,
-small buffers; it then costs well under a millisecond), so that a resume reads nothing again. A
-pipeline whose checkpoint is large (a big shuffle buffer, the decoded elements a parallel
-``map`` holds) is saved whenever the time since the last save reaches ``_RATIO`` times what
-that save cost (the loop's steps count too): saving then takes at most ``1/_RATIO`` of the
-reading thread's time, and a resume re-reads at most about ``_RATIO`` saves' worth of time,
-however far into the pass it is. The checkpoint belongs to the thread that reads (the
-read-ahead's), so it is the iterator's state right after the batch, never ahead of it.
+A checkpoint is saved whenever the reading thread's time since the last save (reading, and
+what the thread does between reads: agreeing, assembling, waiting for the loop) reaches
+``_RATIO`` times what that last save cost, and after the first batch. Saving then takes at most
+``1/_RATIO`` (1%) of the reading thread's time, whether the checkpoint is symbolic (positions
+only, about 0.5 ms here) or holds buffers (a shuffle buffer, the decoded elements a parallel
+``map`` holds: tens of milliseconds). A resume re-reads the batches read since the last save:
+what the reading thread read in at most about ``_RATIO`` saves' worth of time (about 50 ms for
+a symbolic checkpoint), however far into the pass it is. The checkpoint belongs to the thread
+that reads (the read-ahead's), so it is the iterator's state right after a batch, never ahead
+of it.
 
 A pipeline whose iterator tf.data cannot save (its position is a count of batches, ``int``) is
 repositioned by skipping, which reads the batches skipped.
@@ -30,7 +32,7 @@ import base64
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -38,15 +40,23 @@ import numpy as np
 from jaxload._src import compat
 from jaxload._src.trees import HostBatch
 
-_SMALL = 128 * 1024
 _REFUSED: set[str] = set()  # a refused save is told once per process
-_RATIO = 20
+_RATIO = 100  # time between saves / a save's cost: saving takes at most 1% of the reading thread
 
 
-def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_external_state: bool
+def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_external_state: bool,
+                 clock: Callable[[], float] = time.perf_counter,
                  ) -> Iterator[tuple[HostBatch, dict[str, Any] | int]]:
     """``pipeline``'s batches as numpy, each with the position after it, from ``position``
-    (None: the start)."""
+    (None: the start); ``clock`` times the saves and the time between them.
+
+    Example:
+      >>> import tensorflow as tf
+      >>> ds = tf.data.Dataset.range(6).batch(2)
+      >>> [(b.tolist(), p["batches"]) for b, p in checkpointed(ds, None, ignore_external_state=False)]
+      [([0, 1], 1), ([2, 3], 2), ([4, 5], 3)]
+      >>> # each position also holds the last save: {"batches": m, "state": ...}, m <= batches
+    """
     import tensorflow as tf
 
     owned = [iter(pipeline)]  # the only reference to the iterator: see release()
@@ -59,21 +69,21 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
         if next(owned[0], None) is None:
             return release(owned)
     handed = (position or {}).get("batches", 0)
-    cost, since = 0.0, time.perf_counter()
-    size, saving = 0, True
+    cost, since = 0.0, clock()
+    saving = True
     while True:
         element = next(owned[0], None)
         if element is None:
             return release(owned)
         handed += 1
-        started = time.perf_counter()
-        if saving and (saved is None or size < _SMALL or started - since >= _RATIO * cost):
+        started = clock()
+        if saving and (saved is None or started - since >= _RATIO * cost):
             state = _save(owned[0], ignore_external_state)
             saving = state is not None
             if state is not None:
                 saved = {"batches": handed, "state": base64.b64encode(state).decode("ascii")}
-                since = time.perf_counter()
-                cost, size = since - started, len(state)
+                since = clock()
+                cost = since - started
         batch = tf.nest.map_structure(np.asarray, element)
         yield batch, ({"batches": handed, "saved": saved} if saving else handed)
 
