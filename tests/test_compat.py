@@ -13,7 +13,7 @@ def test_every_private_read_is_listed_and_has_a_test():
     tested = {name for name, _ in compat.PRIVATE}
     assert tested == {"distributed_client", "thread_mesh", "data_loader_source",
                       "data_loader_shard_options", "data_loader_operations", "drops_elements",
-                      "data_loader_sampler", "grain_split_and_seeds",
+                      "data_loader_sampler", "grain_split_and_seeds", "grain_below_maps",
                       "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
                       "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed"}
 
@@ -70,6 +70,11 @@ def test_grain_splits_and_random_seeds_are_found_along_the_chain():
     assert compat.grain_split_and_seeds(after.random_map(lambda x, rng: x, seed=8)) == (
         [1, 2], [8, 7])
     assert compat.grain_split_and_seeds(source.random_map(lambda x, rng: x, seed=4)) == (None, [4])
+    # below the top maps: the slice, whose order the maps keep
+    assert str(compat.grain_below_maps(noisy)) == str(source.random_map(
+        lambda x, rng: x, seed=3)[1::2])
+    assert compat.grain_below_maps(source.map(lambda x: x).map_with_index(
+        lambda i, x: x)) is source
     sampler = grain.samplers.IndexSampler(16, shuffle=True, num_epochs=1, seed=2)
     loader = grain.DataLoader(data_source=list(range(16)), sampler=sampler)
     assert compat.data_loader_sampler(loader) is sampler

@@ -29,6 +29,8 @@ PRIVATE = (
     ("grain_split_and_seeds", "grain._src.python.dataset.transformations.slice.SliceMapDataset "
                               "(its str), .map.RandomMapMapDataset._rng_pool._seed, "
                               "RandomMapIterDataset._seed"),
+    ("grain_below_maps", "grain._src.python.dataset.transformations.map.MapMapDataset, "
+                         "MapWithIndexMapDataset, RandomMapMapDataset"),
     ("drops_elements", "grain._src.python.dataset.transformations.filter.FilterMapDataset, "
                        "grain._src.python.dataset.transformations.flatmap.FlatMapMapDataset"),
     ("tf_graph", "tf.data.Dataset._as_serialized_graph"),
@@ -113,6 +115,20 @@ def grain_split_and_seeds(ds: Any) -> tuple[list[int] | None, list[int]]:
             seeds.append(int(ds._rng_pool._seed if hasattr(ds, "_rng_pool") else ds._seed))
         ds = next(iter(getattr(ds, "parents", ())), None)
     return None, seeds
+
+
+def grain_below_maps(ds: Any) -> Any:
+    """A Grain ``MapDataset`` below its top element-wise maps (``MapMapDataset``,
+    ``MapWithIndexMapDataset``, ``RandomMapMapDataset``): element ``i`` of a map is its
+    function of its parent's element ``i``, so the parent fixes the order at a fraction of the
+    cost of reading through the maps (a decode, an augmentation)."""
+    from grain._src.python.dataset.transformations import map as map_ds
+
+    maps = tuple(getattr(map_ds, name) for name in (
+        "MapMapDataset", "MapWithIndexMapDataset", "RandomMapMapDataset") if hasattr(map_ds, name))
+    while isinstance(ds, maps) and len(getattr(ds, "parents", ())) == 1:
+        ds = ds.parents[0]
+    return ds
 
 
 def drops_elements(ds: Any) -> bool:

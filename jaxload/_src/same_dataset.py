@@ -38,8 +38,9 @@ class Described:
     Attributes:
       same: fields every process of the scope must report alike (``{"length": 64,
         "elements": "<hash>"}``); a None value is not compared (unknown on that process).
-      scope: ``"all"``: every process (jaxload shards the dataset); ``"group"``: only the
-        processes of one loading group (the user split it: ``shard=False``).
+      scope: ``"all"``: compared between every process (jaxload shards the dataset);
+        ``"group"``: the user split it (``shard=False``): its fields are not compared (the
+        first step's check compares a loading group's rows), only its seeds between groups.
       group, groups: this process's ``shard_index`` and the ``shard_count``.
       split: ``[start, step]`` of a slice the user took of the dataset, where one is seen (it
         names the fix when the processes differ).
@@ -75,7 +76,8 @@ def verdict(decision: Decision, reports: dict[int, Report]) -> Decision:
       ...                                   1: Report(dataset=other)}).refused)
       the processes shard different datasets: length 64 on process [0], 68 on process [1]. ...
     """
-    if decision.error is not None or decision.stopped is not None:
+    if decision.error is not None or decision.stopped is not None or (
+            decision.mismatch is not None):  # the batches' own shapes name the difference best
         return decision
     described = {p: r.dataset for p, r in reports.items() if r.dataset is not None}
     why = differences(described) if len(described) > 1 else None
@@ -101,25 +103,22 @@ def differences(described: dict[int, dict[str, Any]]) -> str | None:
       the processes shard different datasets: the hash of a few elements at the same indices "ab" \
 on process [0], "cd" on process [1]. ... pass the whole dataset, or keep your split and pass shard=False.
     """
-    scoped = _scopes(described)
-    found = [(scope, key, text) for scope, ps in scoped.items()
-             for key, text in _differing(ps, described)]
+    found = _differing(_compared(described), described)
     seeds = _shared_seeds(described)
     if not found and seeds is None:
         return None
-    lines = [f"{key} {text}" if scope is None else f"within loading group {scope}, {key} {text}"
-             for scope, key, text in found]
+    lines = [f"{key} {text}" for key, text in found]
     message = (f"the processes shard different datasets: {'; '.join(lines)}. {_FIX}"
                f"{_hint(described)}" if found else "")
     return " ".join(filter(None, (message, seeds)))
 
 
-def _scopes(described: dict[int, dict[str, Any]]) -> dict[int | None, list[int]]:
-    """The processes compared together: all (key None), or those of each loading group."""
-    scoped: dict[int | None, list[int]] = {}
-    for p, d in sorted(described.items()):
-        scoped.setdefault(d.get("group") if d.get("scope") == GROUP else None, []).append(p)
-    return scoped
+def _compared(described: dict[int, dict[str, Any]]) -> list[int]:
+    """The processes compared: those whose dataset jaxload splits. The processes of a loading
+    group the user split (``shard=False``) are not compared here: the first step's check
+    compares them row by row (a :class:`~jaxload.ReplicationError` naming rows, devices and
+    processes)."""
+    return [p for p, d in sorted(described.items()) if d.get("scope") != GROUP]
 
 
 def _differing(processes: list[int], described: dict[int, dict[str, Any]]

@@ -4,12 +4,12 @@ Each description (:class:`~jaxload._src.same_dataset.Described`) is a few hundre
 once per loader and sent in every pass's first round:
 
 - a ``MapDataset``: its length and a hash of :data:`ELEMENTS` elements at indices every process
-  draws alike from the length (read twice: a pipeline whose elements change between readings,
-  an unseeded ``np.random`` in a map, is not compared by its elements);
+  draws alike from the length, read below its top maps (which keep the order, and may cost a
+  decode per element) and read twice (elements that change between readings are not compared);
 - a ``DataLoader``: its sampler without the shard options, its source's length, its operations
   and a hash of :data:`RECORDS` source records;
-- a dataset the user split (``shard=False``) is compared within its loading group only, and the
-  seeds of its random maps after the split must differ between groups.
+- a dataset the user split (``shard=False``): the seeds of its random maps after the split must
+  differ between loading groups (the first step's check compares the rows within a group).
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ def map_dataset(ds: Any, plan: Plan, *, shard: bool) -> Describe | None:
 
     @functools.cache
     def describe() -> dict[str, Any]:
-        same = {"length": len(ds), "elements": stable_hash(ds, sample(len(ds), ELEMENTS))}
+        below = compat.grain_below_maps(ds)  # the same order, without the maps' cost
+        same = {"length": len(ds), "elements": stable_hash(below, sample(len(below), ELEMENTS))}
         return Described(same, plan.shard_index, plan.shard_count, ALL if shard else GROUP,
                          split=split, seeds=None if shard else seeds).to_json()
 
