@@ -279,9 +279,10 @@ def test_saves_are_spaced_by_their_cost_and_a_resume_rereads_a_bounded_few():
                                                         clock=Clock())]
     reread = [p["batches"] - p["saved"]["batches"] for p in positions]
     saves = sorted({p["saved"]["batches"] for p in positions})
-    # after the first batch, then each time the time since reaches _RATIO saves' cost
-    assert saves[:3] == [1, 1 + tf_iterator._RATIO, 1 + 2 * tf_iterator._RATIO]
-    assert len(saves) == -(-len(positions) // tf_iterator._RATIO)
+    # after each of the first batches, then each time the time since reaches _RATIO saves' cost
+    first, ratio = tf_iterator._FIRST, tf_iterator._RATIO
+    assert saves[:first + 2] == [*range(1, first + 1), first + ratio, first + 2 * ratio]
+    assert len(saves) == first + (len(positions) - first) // ratio
     assert max(reread) == tf_iterator._RATIO - 1 == max(reread[-tf_iterator._RATIO:])
     for stop in (150, 1990):  # the batches after the save are read again, then the same ones
         rest = tf_iterator.checkpointed(ds, json.loads(json.dumps(positions[stop - 1])),

@@ -7,9 +7,10 @@ handed out, and ``state`` is the iterator's checkpoint after batch ``m <= n`` (b
 op supports it, positions only; otherwise the buffers too, e.g. a shuffle buffer). A resume
 restores the checkpoint and reads the ``n - m`` batches after it again.
 
-A checkpoint is saved whenever the reading thread's time since the last save (reading, and
-what the thread does between reads: agreeing, assembling, waiting for the loop) reaches
-``_RATIO`` times what that last save cost, and after the first batch. Saving then takes at most
+A checkpoint is saved after each of the first ``_FIRST`` batches, then whenever the reading
+thread's time since the last save (reading, and what the thread does between reads: agreeing,
+assembling, waiting for the loop) reaches ``_RATIO`` times what a save costs (the least of the
+last ``_FIRST`` saves: a first save, or one the machine delayed, can cost far more). Saving then takes at most
 ``1/_RATIO`` (1%) of the reading thread's time, whether the checkpoint is symbolic (positions
 only, about 0.5 ms here) or holds buffers (a shuffle buffer, the decoded elements a parallel
 ``map`` holds: tens of milliseconds). A resume re-reads the batches read since the last save:
@@ -29,6 +30,7 @@ TensorFlow's iterator destructor cancels and joins the pipeline's threads, which
 from __future__ import annotations
 
 import base64
+import collections
 import threading
 import time
 import warnings
@@ -42,6 +44,9 @@ from jaxload._src.trees import HostBatch
 
 _REFUSED: set[str] = set()  # a refused save is told once per process
 _RATIO = 100  # time between saves / a save's cost: saving takes at most 1% of the reading thread
+# saves after the first batches, and the costs the spacing takes the least of: a pipeline's first
+# save (its first trace) or one the machine delayed may cost 100 times a usual one
+_FIRST = 3
 
 
 def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_external_state: bool,
@@ -69,21 +74,21 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
         if next(owned[0], None) is None:
             return release(owned)
     handed = (position or {}).get("batches", 0)
-    cost, since = 0.0, clock()
-    saving = True
+    costs: collections.deque[float] = collections.deque(maxlen=_FIRST)
+    since, saving = clock(), True
     while True:
         element = next(owned[0], None)
         if element is None:
             return release(owned)
         handed += 1
         started = clock()
-        if saving and (saved is None or started - since >= _RATIO * cost):
+        if saving and (len(costs) < _FIRST or started - since >= _RATIO * min(costs)):
             state = _save(owned[0], ignore_external_state)
             saving = state is not None
             if state is not None:
                 saved = {"batches": handed, "state": base64.b64encode(state).decode("ascii")}
                 since = clock()
-                cost = since - started
+                costs.append(since - started)
         batch = tf.nest.map_structure(np.asarray, element)
         yield batch, ({"batches": handed, "saved": saved} if saving else handed)
 
