@@ -51,6 +51,15 @@ def assert_all_ended(codes, ends, bound_s: float, description: str) -> None:
         f"seconds from fault to end {ends}, bound {bound_s}\n{description}")
 
 
+def assert_last_lines(logs, processes, *parts: str) -> None:
+    """Each process's last line names the failure (log collectors show last lines)."""
+    for p in processes:
+        lines = [line for line in logs[p].splitlines() if line.strip()]
+        for part in parts:
+            assert lines and part in lines[-1], (
+                f"process {p}'s last line does not name {part!r}:\n{logs[p][-3000:]}")
+
+
 def assert_named(logs, healthy, *parts: str) -> None:
     for p in healthy:
         for part in parts:
@@ -85,6 +94,7 @@ def test_an_exception_on_one_process_ends_every_process_naming_it(backend, n, d,
     codes, ends, logs, description = run_fault(n, d, backend, fault, "20", *extra)
     assert_all_ended(codes, ends, grace + SLACK_S, description)
     assert_named(logs, [p for p in range(n) if p != 1], *named)
+    assert_last_lines(logs, range(n), *named)
     # the failing process shows its own exception, with the process and step added
     if fault != "uncaught":
         assert f"jaxload: {named[0]}" in logs[1], logs[1][-3000:]
@@ -101,6 +111,8 @@ def test_a_stuck_pipeline_ends_every_process_with_its_stack(backend, n, d):
     assert_named(logs, [p for p in range(n) if p != 1],
                  "process 1 failed while loading step 20: PipelineStuckError: its pipeline is "
                  "stuck: no batch after 4 s", "Stack of thread", where)
+    assert_last_lines(logs, range(n), "process 1 failed while loading step 20: "
+                      "PipelineStuckError: its pipeline is stuck: no batch after 4 s")
 
 
 @pytest.mark.cluster

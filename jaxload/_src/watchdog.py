@@ -228,10 +228,11 @@ class Watchdog:
         time.sleep(grace_s)
         if self._exiting:  # the exit handler ends the process itself
             return
+        # the last line names the failure (log collectors show last lines), its details above
         self._end(f"jaxload: {failure.text}\njaxload: process {self.process_index} ends now "
-                  f"(exit code {EXIT_CODE}): still running {grace_s:g} s after the failure, "
-                  "possibly inside a collective that cannot complete (on_failure='exit').",
-                  own_error=True)
+                  f"(exit code {EXIT_CODE}), still running {grace_s:g} s after the failure it "
+                  "waited on, possibly inside a collective that cannot complete "
+                  f"(on_failure='exit'): {failure.text.splitlines()[0]}", own_error=True)
 
     def _end(self, message: str, own_error: bool = False) -> NoReturn:
         """Ends the process (:func:`~jaxload._src.failures.end_process`), printing ``message``
