@@ -34,7 +34,7 @@ KEEP = frozenset({
     "ParallelFilterDataset", "PrefetchDataset", "ShuffleDataset", "ShuffleDatasetV2",
     "ShuffleDatasetV3", "ShuffleAndRepeatDataset", "ShuffleAndRepeatDatasetV2", "RepeatDataset",
     "BatchDataset", "BatchDatasetV2", "ParallelBatchDataset", "PaddedBatchDataset",
-    "PaddedBatchDatasetV2", "MapAndBatchDataset", "UnbatchDataset", "IgnoreErrorsDataset",
+    "PaddedBatchDatasetV2", "MapAndBatchDataset", "UnbatchDataset",
     "OptionsDataset", "ModelDataset", "MaxIntraOpParallelismDataset", "PrivateThreadPoolDataset",
     "ThreadPoolDataset", "CacheDataset", "CacheDatasetV2", "FlatMapDataset", "InterleaveDataset",
     "ParallelInterleaveDataset", "ParallelInterleaveDatasetV2", "ParallelInterleaveDatasetV3",
@@ -61,6 +61,7 @@ _CALLS: dict[str, tuple[str, str]] = {
     "RebatchDataset": ("rebatch", "batches would be cut from each group's records"),
     "RebatchDatasetV2": ("rebatch", "batches would be cut from each group's records"),
     "SlidingWindowDataset": ("sliding_window", "windows would span each group's records"),
+    "IgnoreErrorsDataset": ("ignore_errors", "TensorFlow's file sharding cannot see through it"),
     "ConcatenateDataset": ("concatenate", "the input that reads no files would be read whole by "
                            "every group"),
     "DirectedInterleaveDataset": ("sample_from_datasets (or choose_from_datasets)",

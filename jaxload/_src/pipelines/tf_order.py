@@ -135,7 +135,8 @@ ORDERED = (KEEP - {"CacheDataset", "CacheDatasetV2"}) | frozenset({  # a cache m
     "TFRecordDataset", "TFRecordDatasetV2", "TextLineDataset", "FixedLengthRecordDataset",
     "FixedLengthRecordDatasetV2", "TakeDataset", "SkipDataset", "ShardDataset", "ZipDataset",
     "WindowDataset", "ScanDataset", "DirectedInterleaveDataset", "RandomDataset",
-    "RandomDatasetV2", "GroupByWindowDataset", "TakeWhileDataset", "AssertCardinalityDataset"})
+    "RandomDatasetV2", "GroupByWindowDataset", "TakeWhileDataset", "AssertCardinalityDataset",
+    "IgnoreErrorsDataset"})
 
 
 def unseen_order(graph: DatasetGraph) -> list[str]:
