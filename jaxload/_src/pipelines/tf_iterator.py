@@ -9,7 +9,7 @@ restores the checkpoint and reads the ``n - m`` batches after it again.
 
 A checkpoint is saved after each of the first ``_FIRST`` batches, then whenever the reading
 thread's time since the last save (reading, and what the thread does between reads: agreeing,
-assembling, waiting for the loop) reaches ``_RATIO`` times what a save costs (the least of the
+assembling, waiting for the loop) reaches ``_RATIO`` times what a save costs (the median of the
 last ``_FIRST`` saves: a first save, or one the machine delayed, can cost far more). Saving then takes at most
 ``1/_RATIO`` (1%) of the reading thread's time, whether the checkpoint is symbolic (positions
 only, about 0.5 ms here) or holds buffers (a shuffle buffer, the decoded elements a parallel
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import statistics
 import threading
 import time
 import warnings
@@ -44,8 +45,8 @@ from jaxload._src.trees import HostBatch
 
 _REFUSED: set[str] = set()  # a refused save is told once per process
 _RATIO = 100  # time between saves / a save's cost: saving takes at most 1% of the reading thread
-# saves after the first batches, and the costs the spacing takes the least of: a pipeline's first
-# save (its first trace) or one the machine delayed may cost 100 times a usual one
+# saves after the first batches, and the costs the spacing takes the median of: a pipeline's
+# first save (its first trace) or one the machine delayed may cost 100 times a usual one
 _FIRST = 3
 
 
@@ -82,7 +83,7 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
             return release(owned)
         handed += 1
         started = clock()
-        if saving and (len(costs) < _FIRST or started - since >= _RATIO * min(costs)):
+        if saving and (len(costs) < _FIRST or started - since >= _RATIO * statistics.median(costs)):
             state = _save(owned[0], ignore_external_state)
             saving = state is not None
             if state is not None:
