@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 
 def write_section(out: Path, marker: str, text: str) -> None:
@@ -15,3 +20,33 @@ def write_section(out: Path, marker: str, text: str) -> None:
         old = head.rstrip("\n") + "\n"
         text = text + ("\n" + tail if tail else "")
     out.write_text(old + "\n" + text)
+
+
+def arguments() -> argparse.Namespace:
+    """The options of a benchmark over topologies: ``--quick``, ``--topologies`` (``PxD`` with
+    commas), ``--out`` (results.md beside this file)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--topologies", default="1x8,2x4,4x2")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results.md"))
+    return parser.parse_args()
+
+
+def timed_loop(make: Callable[[], Iterable[Any]]) -> dict[str, float]:
+    """Iterates ``make()``'s batches, each waited for: the steps, the seconds from building to
+    the last batch (``wall``), to the first (``first``), after it (``after first``), and the
+    process's CPU seconds (all threads) over the same span."""
+    import jax
+
+    cpu, started = time.process_time(), time.perf_counter()
+    batches, steps, first = make(), 0, 0.0
+    for batch in batches:
+        jax.block_until_ready(batch)
+        steps += 1
+        ended = time.perf_counter()
+        first = first or ended
+        cpu_ended = time.process_time()
+    with contextlib.suppress(AttributeError):
+        batches.close()  # type: ignore[attr-defined]
+    return {"steps": steps, "wall": ended - started, "first": first - started,
+            "after first": ended - first, "cpu": cpu_ended - cpu}
