@@ -45,7 +45,7 @@ import time
 import warnings
 from pathlib import Path
 
-from sections import write_section
+from sections import timed_loop, write_section
 
 import jaxload
 import jaxload.testing
@@ -155,24 +155,12 @@ def _pass(method: str, reads: str, pattern: str, layout, plan, count: bool = Fal
     batch, is not timed: a loop over ``as_numpy_iterator()`` destroys the tf.data iterator in
     the ``next()`` that finds the end, which cancels and joins its threads (up to 0.6 s here, in
     about a third of passes), and the training loop would have had its last batch before."""
-    import jax
     from jax.experimental import multihost_utils
 
     multihost_utils.sync_global_devices(f"tf_files {method} {reads}")
-    cpu = time.process_time()
-    started = time.perf_counter()
-    batches, steps, first = _batches(method, reads, pattern, layout, plan, count), 0, 0.0
-    for batch in batches:
-        jax.block_until_ready(batch)
-        steps += 1
-        ended = time.perf_counter()
-        first = first or ended
-        cpu_ended = time.process_time()
-    cpu = cpu_ended - cpu
-    if hasattr(batches, "close"):
-        batches.close()
-    assert steps == STEPS, (method, steps)
-    return ended - started, ended - first, cpu
+    timed = timed_loop(lambda: _batches(method, reads, pattern, layout, plan, count))
+    assert timed["steps"] == STEPS, (method, timed)
+    return timed["wall"], timed["after first"], timed["cpu"]
 
 
 def _methods() -> tuple[str, ...]:
