@@ -29,7 +29,7 @@ from jaxload._src.whereabouts import OutOfStepError
 from jaxload._src.wire import MalformedValueError
 from jaxload.check import DuplicationError, PlanMismatchError, ReplicationError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> _ModuleType:
