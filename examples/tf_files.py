@@ -69,8 +69,9 @@ parsed[0] = 0
 resumed = jaxload.from_tf_data(pipeline(), layout, global_batch_size=64)
 resumed.set_state(state)
 steps = sum(1 for _ in resumed)
+saved = state["position"]["saved"]["batches"]  # the iterator's last save, at or before step 10
 print(f"process {jax.process_index()}: stopped at step 10 of 32, resumed for {steps} steps, "
-      f"parsing {parsed[0]} records ({steps} x {loader.plan.local_batch_size} rows, nothing "
-      f"before the state); state: {len(str(state)):,} bytes, {state['backend']}, "
-      f"iterator saved after batch {state['position']['saved']['batches']}")
-assert steps * loader.plan.local_batch_size == parsed[0]
+      f"parsing {parsed[0]} records ({steps} x {loader.plan.local_batch_size} rows, and the "
+      f"{10 - saved} batches after the iterator's last save read again, nothing before it); "
+      f"state: {len(str(state)):,} bytes, {state['backend']}, iterator saved after batch {saved}")
+assert (steps + 10 - saved) * loader.plan.local_batch_size == parsed[0]

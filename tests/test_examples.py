@@ -108,12 +108,19 @@ def test_resume_example_continues_with_the_same_batches(tmp_path):
 
 
 @pytest.mark.cluster
-def test_tf_files_example_reads_each_groups_files_and_resumes_without_rereading(tmp_path):
+def test_tf_files_example_reads_each_groups_files_and_resumes_reading_only_after_its_save(
+        tmp_path):
     out = launch_example("tf_files.py", 2, 4, str(tmp_path))
     assert "[0] input: tf.data by files: each loading group reads 8 of the 16 files" in out
     for p in range(2):
-        assert (f"[{p}] process {p}: stopped at step 10 of 32, resumed for 22 steps, parsing 704 "
-                "records") in out
+        found = re.search(rf"\[{p}\] process {p}: stopped at step 10 of 32, resumed for 22 steps, "
+                          r"parsing (\d+) records \(22 x 32 rows, and the (\d+) batches after "
+                          r"the iterator's last save read again, nothing before it\).* iterator "
+                          r"saved after batch (\d+)", out)
+        assert found, out
+        parsed, again, saved = (int(g) for g in found.groups())
+        # the iterator is saved after each of its first three batches, then spaced by its cost
+        assert 3 <= saved <= 10 and again == 10 - saved and parsed == (22 + again) * 32
 
 
 @pytest.mark.cluster

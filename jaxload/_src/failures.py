@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 from typing import NoReturn
 
@@ -20,6 +21,9 @@ from jaxload._src.transport import Transport
 ON_FAILURE_MODES = ("exit", "raise")
 EXIT_CODE = 1
 _LAST_WAIT_S = 5.0  # process 0 waits exit_grace_s + this for the others to end before it ends
+# and then this long: a process that said it ends is gone before the coordination service
+# (whose end its own JAX client would report after its last line, a crash stack)
+_AFTER_OTHERS_S = 1.0
 _STACK_LINES = 40
 
 
@@ -149,6 +153,7 @@ def end_process(t: Transport | None, message: str, own_error: BaseException | No
                     t.set("jaxload/alarm/all_ended", "")
             else:
                 t.get("jaxload/alarm/all_ended", grace_s + _LAST_WAIT_S)
+                time.sleep(_AFTER_OTHERS_S)
         except Exception:  # noqa: BLE001 - bounded: a killed process never ends here
             pass
     os._exit(EXIT_CODE)
