@@ -201,6 +201,12 @@ def test_readme_is_short_and_starts_with_install_and_code():
     assert 'pip install "jaxload[tf]"' in head and "```python" in head
 
 
+def test_the_readme_quick_start_is_the_example_the_install_test_runs():
+    """`make test-install` runs examples/quickstart.py from a built wheel: it is the README's."""
+    script = (ROOT / "examples" / "quickstart.py").read_text()
+    assert f"```python\n{script}```" in (ROOT / "README.md").read_text()
+
+
 def test_the_pages_tell_no_history():
     """What changed, and measurements' circumstances, belong in CHANGELOG.md and benchmarks/."""
     found = [f"{page.relative_to(ROOT)}:{i + 1}: {line.strip()}" for page in GUIDES
