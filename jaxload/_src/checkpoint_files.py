@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
@@ -23,6 +24,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("jaxload.checkpoint needs orbax-checkpoint: pip install jaxload[orbax]") from e
 
 _FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
+_CREATED_TIMEOUT_S = 60.0  # how long a process waits for the primary to create the directory
 WRITTEN_TIMEOUT_S = 600.0  # how long a save waits for the slowest process's file (Orbax's own)
 
 
@@ -93,10 +95,22 @@ async def save_v1(loader: Stateful, directory: Any) -> Coroutine[Any, Any, None]
     async def write() -> None:
         path = await directory.await_creation()
         file = state_file(path, jax.process_index(), jax.process_count())
+        await asyncio.to_thread(_created, file.parent)
         await asyncio.to_thread(file.write_text, json.dumps(state, indent=1))
         await asyncio.to_thread(_all_written, barrier)
 
     return write()
+
+
+def _created(directory: Any) -> None:
+    """Waits until ``directory`` exists: Orbax 0.11's ``await_creation`` can return on a
+    process other than the primary before the primary has created it (bounded)."""
+    deadline = time.monotonic() + _CREATED_TIMEOUT_S
+    while not directory.exists():
+        if time.monotonic() > deadline:
+            raise FileNotFoundError(f"Orbax did not create {directory} within "
+                                    f"{_CREATED_TIMEOUT_S:g} s")
+        time.sleep(0.02)
 
 
 def _all_written(barrier: str) -> None:
