@@ -70,20 +70,16 @@ class Probe:
 
     def _elements(self) -> str:
         """A hash of the pipeline's first elements, read from its start."""
+        import tensorflow as tf
+
         n = _BATCHES_HASHED if self._batched else min(ELEMENTS_HASHED,
                                                       self._plan.global_batch_size)
         digest = hashlib.blake2b(digest_size=8)
         count = 0
         for element in itertools.islice(self._ds.as_numpy_iterator(), n):  # no ops added
-            for leaf in _leaves(element):
+            for leaf in tf.nest.flatten(element):
                 array = np.ascontiguousarray(leaf)
                 digest.update(f"{array.dtype.str}{array.shape}".encode())
                 digest.update(array.tobytes() if array.dtype != object else repr(array).encode())
             count += 1
         return f"{count} hashed: {digest.hexdigest()}"
-
-
-def _leaves(batch: Any) -> list[Any]:
-    import tensorflow as tf
-
-    return list(tf.nest.flatten(batch))
