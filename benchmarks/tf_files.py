@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -263,6 +264,10 @@ def pass_rows(topology: str, results: list[dict]) -> list[str]:
         fastest = min(min(times[m]) for m in times if m.startswith("recipe"))
         steady = min(statistics.median(after[m]) for m in after if m.startswith("recipe"))
         least = min(statistics.median(cpu[m]) for m in cpu if m.startswith("recipe"))
+        first = {m: statistics.median(_slowest([[w - a for w, a in zip(
+            r["time"][reads, m], r["after first"][reads, m], strict=True)] for r in results]))
+            for _, m in keys}  # the first batch, from building the pipeline
+        recipe_first = min(first[m] for m in first if m.startswith("recipe"))
         lines += [f"| {topology} | {reads} | {m} | {_cell(times[m])} | "
                   + (f"{medians[m] / medians[best]:.2f} | {min(times[m]) / fastest:.2f} | "
                      f"{statistics.median(after[m]) / steady:.2f}"
@@ -270,6 +275,8 @@ def pass_rows(topology: str, results: list[dict]) -> list[str]:
                   + f" | {_ms(statistics.median(cpu[m]))}"
                   + (f" ({statistics.median(cpu[m]) / least:.2f})" if m.startswith("jaxload")
                      else "")
+                  + f" | {_ms(first[m])}"
+                  + (f" ({_ms(first[m] - recipe_first)})" if m.startswith("jaxload") else "")
                   + f" | {max(r['parsed'][reads, m] for r in results):,} |" for m in times]
     return lines
 
@@ -297,8 +304,9 @@ def main() -> None:
     started = time.perf_counter()
     pass_lines = ["| topology | reads | method | pass (ms) | / best recipe (medians) | / best "
                   "recipe (fastest rounds) | / best recipe after the first batch (medians) | "
-                  "CPU ms, all processes (/ least recipe) | records parsed per process |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "CPU ms, all processes (/ least recipe) | first batch (ms; - best recipe's) | "
+                  "records parsed per process |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
     resume_lines = ["| topology | pipeline, resumed | " + " | ".join(
         f"at {p:.0%} (ms)" for p in POSITIONS) + " | 90% / 10% | batches re-read, at most | "
         "state bytes per process |",
@@ -329,7 +337,9 @@ def main() -> None:
              "first agreement round and its check of the first step); the CPU time of the pass, "
              "all threads of all processes (median; `time.process_time`, which this machine's "
              "idle spells and other tenants do not inflate), and its ratio to the recipe with "
-             "the least; records parsed per process counted in a separate pass. *recipe*: "
+             "the least; the first batch, from building the pipeline (slowest process, "
+             "median), and jaxload's delay over the recipe with the earliest; records parsed "
+             "per process counted in a separate pass. *recipe*: "
              "`list_files(shuffle=False).shard(K, k)`, batch, prefetch, "
              "`make_array_from_process_local_data` per feature (*device_put*: of the whole "
              "batch, one process only); *jaxload*: `from_tf_data` on the pipeline as written "
@@ -343,7 +353,7 @@ def main() -> None:
              "ahead on their own thread, since TensorFlow 2.21's symbolic checkpoint of a "
              "parallel interleave grows with every file it has read); *buffers*: with "
              "`experimental_symbolic_checkpoint = False`, tf.data's checkpoint with its buffers, "
-             "saved, as the symbolic one, whenever 100 save-costs of time have passed; "
+             "saved, as the symbolic one, whenever 100 save-costs (CPU) of time have passed; "
              "*skipped*: the same pipeline with a "
              "`py_function` tf.data cannot save, which skips the batches before the position. "
              "Batches re-read: the most, over the positions and processes, read since the "
@@ -351,6 +361,8 @@ def main() -> None:
              "State bytes: `len(json.dumps(state))` at 50%; *shuffle(10 000)*: the records "
              "repeated and shuffled with a 10 000-element buffer before the parse.", "",
              *resume_lines, "", f"({time.perf_counter() - started:.0f} s in all.)"]
+    lines[-1] = (f"({time.perf_counter() - started:.0f} s in all; load average "
+                 f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end.)")
     text = "\n".join(lines) + "\n"
     write_section(Path(args.out), SECTION, text)
     print(text)

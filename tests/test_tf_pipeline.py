@@ -262,8 +262,9 @@ def test_a_large_checkpoint_is_saved_less_often_and_reread_is_bounded():
 
 
 class Clock:
-    """A clock that moves one second each time it is read: each save then costs 1 s and each
-    batch read 1 s, so the saves fall at fixed batches whatever the machine's load."""
+    """A clock that moves one second each time it is read: as both clocks, each save then
+    costs 1 s and each batch read 1 s, so the saves fall at fixed batches whatever the
+    machine's load."""
 
     def __init__(self):
         self.now = 0.0
@@ -276,7 +277,7 @@ class Clock:
 def test_saves_are_spaced_by_their_cost_and_a_resume_rereads_a_bounded_few():
     ds = tf.data.Dataset.range(4000).map(lambda x: {"id": x}).batch(2)
     positions = [p for _, p in tf_iterator.checkpointed(ds, None, ignore_external_state=False,
-                                                        clock=Clock())]
+                                                        clock=Clock(), cost_clock=Clock())]
     reread = [p["batches"] - p["saved"]["batches"] for p in positions]
     saves = sorted({p["saved"]["batches"] for p in positions})
     # after each of the first batches, then each time the time since reaches _RATIO saves' cost

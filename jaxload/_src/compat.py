@@ -294,9 +294,11 @@ def _framework_library() -> str | None:
     return paths[0] if paths else None
 
 
-def _framework_symbol(pattern: bytes) -> re.Match[bytes] | None:
-    """The first match of ``pattern`` among ``libtensorflow_framework``'s bytes (its symbols),
-    copied out of the mapped library."""
+def _framework_symbol(pattern: bytes, tail: bytes) -> re.Match[bytes] | None:
+    """The first match of ``pattern`` (which ends with ``tail``) among
+    ``libtensorflow_framework``'s bytes (its symbols), copied out of the mapped library. Each
+    ``tail`` is found with ``find`` (a few ms over the library, where a regular expression
+    takes tens), then ``pattern`` matched on the bytes before it."""
     import mmap
 
     path = _framework_library()
@@ -304,9 +306,30 @@ def _framework_symbol(pattern: bytes) -> re.Match[bytes] | None:
         return None
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            found = re.search(pattern, m)
-            return None if found is None else re.fullmatch(pattern, found.group(0))
+            at = m.find(tail)
+            while at >= 0:
+                end = at + len(tail)
+                found = re.search(pattern + rb"$", m[max(0, end - 256):end])
+                if found is not None:
+                    return found
+                at = m.find(tail, end)
     except OSError:
+        pass
+    return None
+
+
+def _framework_function(name: str) -> Any:
+    """The C function ``name`` of the loaded ``libtensorflow_framework`` (``dlsym``), or None."""
+    import ctypes
+    import os
+
+    path = _framework_library()
+    if path is None:
+        return None
+    try:
+        library = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | os.RTLD_GLOBAL)
+        return getattr(library, name)
+    except (OSError, AttributeError):
         return None
 
 
@@ -315,7 +338,7 @@ def tf_logs_at_fixed_level() -> bool:
     """Whether TensorFlow logs through its own logger (``tsl::internal::LogMessage``, before
     TensorFlow 2.21), which reads ``TF_CPP_MIN_LOG_LEVEL`` once, at its first line, and has no
     setter: found by ``tsl::internal::MinLogLevelFromEnv`` among the library's symbols."""
-    return _framework_symbol(rb"_ZN3tsl8internal18MinLogLevelFromEnvEv") is not None
+    return _framework_function("_ZN3tsl8internal18MinLogLevelFromEnvEv") is not None
 
 
 def tf_op_attrs(op: str) -> set[str]:
@@ -340,21 +363,17 @@ def tf_log_level() -> tuple[Any, Any] | None:
     not govern TensorFlow's log lines (:func:`tf_logs_at_fixed_level`). Their C++ names carry
     absl's release (``absl::lts_20250814::``), read from the library's symbols."""
     import ctypes
-    import os
 
     if tf_logs_at_fixed_level():
         return None
-    found = _framework_symbol(rb"_ZN4absl(\d+lts_\d+)?11MinLogLevelEv")
-    path = _framework_library()
-    if found is None or path is None:
+    found = _framework_symbol(rb"_ZN4absl(\d+lts_\d+)?11MinLogLevelEv", b"11MinLogLevelEv")
+    if found is None:
         return None
     inner = (found.group(1) or b"").decode()
-    try:
-        library = ctypes.CDLL(path, mode=getattr(os, "RTLD_NOLOAD", 0) | os.RTLD_GLOBAL)
-        get = getattr(library, f"_ZN4absl{inner}11MinLogLevelEv")
-        set_level = getattr(library, f"_ZN4absl{inner}14SetMinLogLevelE"
-                                     f"N{'S0_' if inner else 'S_'}18LogSeverityAtLeastE")
-    except (OSError, AttributeError):
+    get = _framework_function(f"_ZN4absl{inner}11MinLogLevelEv")
+    set_level = _framework_function(f"_ZN4absl{inner}14SetMinLogLevelE"
+                                    f"N{'S0_' if inner else 'S_'}18LogSeverityAtLeastE")
+    if get is None or set_level is None:
         return None
     get.restype, get.argtypes = ctypes.c_int, []
     set_level.restype, set_level.argtypes = None, [ctypes.c_int]

@@ -9,15 +9,17 @@ restores the checkpoint and reads the ``n - m`` batches after it again.
 
 A checkpoint is saved after each of the first ``_FIRST`` batches, then whenever the reading
 thread's time since the last save (reading, and what the thread does between reads: agreeing,
-assembling, waiting for the loop) reaches ``_RATIO`` times what a save costs (the median of the
-last ``_FIRST`` saves: a first save, or one the machine delayed, can cost far more). Saving then takes at most
-``1/_RATIO`` (1%) of the reading thread's time, whether the checkpoint is symbolic (positions
-only, about 0.5 ms here) or holds buffers (a shuffle buffer, the decoded elements a parallel
-``map`` holds: tens of milliseconds). A resume re-reads the batches read since the last save:
-what the reading thread read in at most about ``_RATIO`` saves' worth of time (about 50 ms for
-a symbolic checkpoint), however far into the pass it is. The checkpoint belongs to the thread
-that reads (the read-ahead's), so it is the iterator's state right after a batch, never ahead
-of it.
+assembling, waiting for the loop) reaches ``_RATIO`` times what a save costs: the median CPU time
+of the last ``_FIRST`` saves, on the thread that saves. CPU time, not wall time: a save lasts
+about 0.05-0.5 ms, and on a loaded machine one preemption in it (a scheduler quantum, several
+ms) would multiply its wall time, and with it the spacing, tenfold; the median, since a
+pipeline's first save (TensorFlow's first use of the ops) can cost far more. Saving then takes
+about ``1/_RATIO`` (1%) of the reading thread's time, whether the checkpoint is symbolic
+(positions only) or holds buffers (a shuffle buffer, the decoded elements a parallel ``map``
+holds: tens of milliseconds). A resume re-reads the batches read since the last save: what the
+reading thread read in about ``_RATIO`` saves' worth of time (5-50 ms for a symbolic
+checkpoint), however far into the pass it is. The checkpoint belongs to the thread that reads
+(the read-ahead's), so it is the iterator's state right after a batch, never ahead of it.
 
 A pipeline whose iterator tf.data cannot save (its position is a count of batches, ``int``) is
 repositioned by skipping, which reads the batches skipped.
@@ -48,13 +50,15 @@ _RATIO = 100  # time between saves / a save's cost: saving takes at most 1% of t
 # saves after the first batches, and the costs the spacing takes the median of: a pipeline's
 # first save (its first trace) or one the machine delayed may cost 100 times a usual one
 _FIRST = 3
+_LEAST = 1e-5  # the least a save is taken to cost (s): a coarse CPU clock can read 0
 
 
 def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_external_state: bool,
                  clock: Callable[[], float] = time.perf_counter,
+                 cost_clock: Callable[[], float] = time.thread_time,
                  ) -> Iterator[tuple[HostBatch, dict[str, Any] | int]]:
     """``pipeline``'s batches as numpy, each with the position after it, from ``position``
-    (None: the start); ``clock`` times the saves and the time between them.
+    (None: the start); ``clock`` times the time between saves, ``cost_clock`` the saves.
 
     Example:
       >>> import tensorflow as tf
@@ -82,14 +86,15 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
         if element is None:
             return release(owned)
         handed += 1
-        started = clock()
-        if saving and (len(costs) < _FIRST or started - since >= _RATIO * statistics.median(costs)):
+        if saving and (len(costs) < _FIRST
+                       or clock() - since >= _RATIO * max(statistics.median(costs), _LEAST)):
+            started = cost_clock()
             state = _save(owned[0], ignore_external_state)
             saving = state is not None
             if state is not None:
                 saved = {"batches": handed, "state": base64.b64encode(state).decode("ascii")}
+                costs.append(cost_clock() - started)
                 since = clock()
-                costs.append(since - started)
         batch = tf.nest.map_structure(np.asarray, element)
         yield batch, ({"batches": handed, "saved": saved} if saving else handed)
 

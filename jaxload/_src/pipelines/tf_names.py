@@ -10,9 +10,7 @@ hashes in the pass's first round (:mod:`jaxload._src.same_dataset`).
 
 Example:
   >>> import tensorflow as tf
-  >>> import numpy as np
-
-from jaxload._src import compat
+  >>> from jaxload._src import compat
   >>> names = tf.data.Dataset.from_tensor_slices(["a", "b", "c"])
   >>> share = compat.tf_auto_shard(names.interleave(tf.data.TFRecordDataset), 2, 0,
   ...                              tf.data.experimental.AutoShardPolicy.FILE)
