@@ -22,8 +22,9 @@ parsing and deciding), *save* (tf.data's iterator saves), *validation* (``ReadAh
 (``next()`` of tf.data's iterator and its conversion to numpy) is in the recipe too. Wall
 time: the pass after its first batch (slowest process), jaxload's over the recipe's, and the
 first batch's delay (jaxload's first batch minus the recipe's, from building the pipeline).
-*Save share*: the saves' wall time over the pass's (the reading thread lives through the
-pass).
+*Save share*: the saves' CPU time (by which jaxload spaces them) and their wall time (which a
+preemption inside a save inflates) over the pass's wall time (the reading thread lives
+through the pass).
 
 Writes (or replaces) its section of benchmarks/results.md.
 Run: .venv/bin/python benchmarks/step_cost.py [--quick] [--topologies 1x8,2x4,4x2]
@@ -192,12 +193,13 @@ def rows(topology: str, results: list[dict]) -> list[str]:
              / _median(results, "recipe", lambda p: p["after first"], slowest=True))
     delay = 1e3 * (_median(results, "jaxload", lambda p: p["first"], slowest=True)
                    - _median(results, "recipe", lambda p: p["first"], slowest=True))
-    share = _median(results, "jaxload", lambda p: p["save wall"] / p["wall"])
+    share = _median(results, "jaxload", lambda p: p["parts"]["save"] / p["wall"])
+    share_wall = _median(results, "jaxload", lambda p: p["save wall"] / p["wall"])
     return [f"| {topology} | {ms_step('recipe', lambda p: p['cpu']):.2f} | "
             f"{ms_step('jaxload', lambda p: p['cpu']):.2f} | **{own:.2f}** | "
             + " | ".join(f"{v:.3f}" for v in parts)
             + f" | {recipe_parts[0]:.3f} / {recipe_parts[1]:.3f} | {after:.2f} | {delay:.0f} | "
-            f"{share:.2%} |"]
+            f"{share:.2%} / {share_wall:.2%} |"]
 
 
 def main() -> None:
@@ -207,7 +209,7 @@ def main() -> None:
     lines = ["| topology | recipe CPU ms/step | jaxload CPU ms/step | own CPU ms/step | "
              + " | ".join(f"{p} ms/step" for p in PARTS)
              + " | recipe assembly / read ms/step | after the first batch / recipe | first "
-             "batch delay (ms) | save share of the pass |",
+             "batch delay (ms) | save share of the pass, CPU / wall |",
              "|---|" + "---|" * (len(PARTS) + 7)]
     for topology in args.topologies.split(","):
         processes, devices = map(int, topology.split("x"))
@@ -224,7 +226,9 @@ def main() -> None:
         "*read* (tf.data's `next()` and the numpy conversion) and *assembly* are work the "
         "recipe does too (its own in the next column). The pass after its first batch, "
         "slowest process, over the recipe's; the first batch's delay against the recipe's; "
-        "the iterator saves' share of the pass (wall).", "", *lines, "",
+        "the iterator saves' share of the pass: their CPU time (by which jaxload spaces them) "
+        "and their wall time (which a preemption inside a save inflates) over the pass's "
+        "wall time.", "", *lines, "",
         f"({time.perf_counter() - started:.0f} s in all; load average {os.getloadavg()[0]:.1f} "
         f"on {os.cpu_count()} CPUs at the end.)"]) + "\n"
     write_section(Path(args.out), SECTION, text)
