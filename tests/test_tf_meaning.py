@@ -85,8 +85,11 @@ def pipeline(shape: str, root: str):
             lambda: iter(random.sample(range(48), 48)),
             output_signature=tf.TensorSpec((), tf.int64)).map(lambda i: {"id": i})
     if shape == "generated-names":  # file names listed in another order on each process
+        import jax
+
+        turn = jax.process_index() % len(files)  # never the same order on processes 0 and 1
         return tf.data.Dataset.from_generator(
-            lambda: iter(random.sample(files, len(files))),
+            lambda: iter(files[turn:] + files[:turn]),
             output_signature=tf.TensorSpec((), tf.string)).interleave(
             tf.data.TFRecordDataset, cycle_length=1).map(parse)
     if shape == "cycle-by-process":  # as an unset cycle_length on machines of other CPU counts
