@@ -47,6 +47,16 @@ def test_producer_errors_keep_their_traceback():
     assert prefetch_threads() == 0
 
 
+def test_an_error_building_the_producer_reaches_the_consumer():
+    def produce():
+        raise OSError("cannot open the pipeline")
+
+    with pytest.raises(OSError, match="cannot open the pipeline"):
+        next(prefetched(produce, depth=2))  # not a wait for good
+    time.sleep(0.6)
+    assert prefetch_threads() == 0
+
+
 def test_breaking_early_stops_the_thread():
     ds = grain.MapDataset.range(10_000).map(lambda i: {"id": i})
     loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=8, prefetch=2)

@@ -125,9 +125,11 @@ class Prefetched(Iterator[T]):
 
 def _produce(produce: Callable[[], Iterator[T]], offer: Callable[[T | _Raised | _End], bool]
              ) -> None:
-    """The producer thread: offers each item, then the end or the error, until refused."""
-    items = produce()
+    """The producer thread: offers each item, then the end or the error (of ``produce()``
+    itself too), until refused."""
+    items = None
     try:
+        items = produce()
         for item in items:
             if not offer(item):
                 return
