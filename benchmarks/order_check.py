@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sections import write_section
+from sections import publish
 from tf_files import GLOBAL_BATCH, pipeline, write_files
 
 import jaxload
@@ -118,9 +118,7 @@ def main() -> None:
         share_text = f"{100 * ms / of:.2f}%" if of else ""
         lines.append(f"| {what} | {ms:.1f} | {f'{of:.0f}' if of else ''} | {share_text} | "
                      f"{note} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    write_section(Path(__file__).parent / "results.md", SECTION, text)
+    publish(Path(__file__).parent / "results.md", SECTION, lines)
 
 
 if __name__ == "__main__":

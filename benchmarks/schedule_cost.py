@@ -18,7 +18,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from sections import write_section
+from sections import publish
 
 import jaxload.testing
 
@@ -83,9 +83,7 @@ def main() -> None:
     for name, (_, parts) in CASES.items():
         lines.append(f"| {name} | {parts} | {slowest[name] * 1e3:.2f} | "
                      f"{slowest[name] / base:.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    write_section(Path(__file__).parent / "results.md", SECTION, text)
+    publish(Path(__file__).parent / "results.md", SECTION, lines)
 
 
 if __name__ == "__main__":

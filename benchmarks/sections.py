@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,6 +21,21 @@ def write_section(out: Path, marker: str, text: str) -> None:
         old = head.rstrip("\n") + "\n"
         text = text + ("\n" + tail if tail else "")
     out.write_text(old + "\n" + text)
+
+
+def publish(out: Path, marker: str, lines: list[str]) -> None:
+    """Writes ``lines`` as the section ``marker`` of ``out`` (:func:`write_section`) and prints
+    them."""
+    text = "\n".join(lines) + "\n"
+    write_section(out, marker, text)
+    print(text)
+
+
+def ended(started: float) -> str:
+    """The closing line of a section: the run's seconds since ``started`` and the machine's
+    load then (this machine's noise shows in it)."""
+    return (f"({time.perf_counter() - started:.0f} s in all; load average "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end.)")
 
 
 def arguments() -> argparse.Namespace:

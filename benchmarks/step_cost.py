@@ -33,13 +33,12 @@ Run: .venv/bin/python benchmarks/step_cost.py [--quick] [--topologies 1x8,2x4,4x
 from __future__ import annotations
 
 import functools
-import os
 import statistics
 import time
 import warnings
 from pathlib import Path
 
-from sections import arguments, timed_loop, write_section
+from sections import arguments, ended, publish, timed_loop
 
 import jaxload
 import jaxload.testing
@@ -216,7 +215,7 @@ def main() -> None:
         lines += rows(topology, jaxload.testing.run(
             measure, num_processes=processes, local_devices=devices, args=(rounds,),
             timeout_s=900))
-    text = "\n".join([
+    publish(Path(args.out), SECTION, [
         SECTION, "", "## jaxload's own CPU per step, by part", "",
         f"A near-free tf.data map (`range` -> `{{id, x: fill([16])}}`), global batch "
         f"{GLOBAL_BATCH}, a pass of {STEPS} steps, data parallel; CPU per process and step "
@@ -228,11 +227,7 @@ def main() -> None:
         "slowest process, over the recipe's; the first batch's delay against the recipe's; "
         "the iterator saves' share of the pass: their CPU time (by which jaxload spaces them) "
         "and their wall time (which a preemption inside a save inflates) over the pass's "
-        "wall time.", "", *lines, "",
-        f"({time.perf_counter() - started:.0f} s in all; load average {os.getloadavg()[0]:.1f} "
-        f"on {os.cpu_count()} CPUs at the end.)"]) + "\n"
-    write_section(Path(args.out), SECTION, text)
-    print(text)
+        "wall time.", "", *lines, "", ended(started)])
 
 
 if __name__ == "__main__":

@@ -39,14 +39,13 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import statistics
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
-from sections import timed_loop, write_section
+from sections import ended, publish, timed_loop
 
 import jaxload
 import jaxload.testing
@@ -360,12 +359,8 @@ def main() -> None:
              "state's last iterator save (a resume reads them again). "
              "State bytes: `len(json.dumps(state))` at 50%; *shuffle(10 000)*: the records "
              "repeated and shuffled with a 10 000-element buffer before the parse.", "",
-             *resume_lines, "", f"({time.perf_counter() - started:.0f} s in all.)"]
-    lines[-1] = (f"({time.perf_counter() - started:.0f} s in all; load average "
-                 f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end.)")
-    text = "\n".join(lines) + "\n"
-    write_section(Path(args.out), SECTION, text)
-    print(text)
+             *resume_lines, "", ended(started)]
+    publish(Path(args.out), SECTION, lines)
 
 
 if __name__ == "__main__":
