@@ -9,7 +9,7 @@
   was not sharded, or was sharded by process index instead of by loading group.
 - :func:`plan`: every process computed the same layout and global batch size.
 
-Each check fingerprints every addressable shard on the host (BLAKE2b of its bytes, shape and
+Each check fingerprints every addressable shard on the host (XXH3-64 of its bytes, shape and
 dtype: the same on every process and machine), exchanges the fingerprints between processes in
 one round through JAX's coordination service, and compares them. Every process reaches the same
 verdict and raises the same error. ``benchmarks/check_cost.py`` measures what a check costs.

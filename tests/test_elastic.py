@@ -219,6 +219,12 @@ def state_after(loader, steps: int) -> dict:
     return json.loads(json.dumps(loader.get_state()))
 
 
+def test_a_grain_state_s_fingerprint_does_not_change_between_versions():
+    # the value a state of this dataset held in jaxload 0.2.0: a state saved then must resume
+    loader = jaxload.from_grain(grain_ds(), jaxload.data_parallel(), global_batch_size=16)
+    assert state_after(loader, 1)["fingerprint"] == "348370d4ba7a7625"
+
+
 def test_a_data_loader_continues_at_its_sampler_index_with_another_batch_size():
     from placement import make_data_loader
 

@@ -250,6 +250,19 @@ def test_a_pipeline_tf_data_cannot_save_falls_back_to_skipping_with_a_warning(mo
     assert isinstance(list(ignored.batches(None))[-1][1], dict)
 
 
+def test_the_passes_from_one_point_share_one_built_pipeline(monkeypatch):
+    group = share(tf.data.Dataset.range(64), plan(processes=1, devices=8, index=0))
+    built, build = [], group._batched_group
+    monkeypatch.setattr(group, "_batched_group", lambda g, skip: built.append(skip) or build(g, skip))
+    every = [list(range(i, i + 16)) for i in range(0, 64, 16)]
+    for _ in range(3):
+        assert [b.tolist() for b, _ in group.batches(None)] == every
+    assert built == [0]  # built for the first pass only
+    rest = [b.tolist() for b, _ in group.batches(2)]  # a count (an older state): skipped
+    assert rest == every[2:] and built == [0, 2]
+    assert [b.tolist() for b, _ in group.batches(None)] == every and built == [0, 2, 0]
+
+
 def test_a_large_checkpoint_is_saved_less_often_and_reread_is_bounded():
     ds = tf.data.Dataset.range(20_000).map(lambda x: {"id": x, "x": tf.fill([64], x)}).shuffle(
         5000, seed=1)

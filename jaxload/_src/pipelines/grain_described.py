@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxload._src import check, compat
+from jaxload._src import compat
 from jaxload._src.pipelines.base import Batches
 from jaxload._src.plan import Plan
 from jaxload._src.same_dataset import ALL, GROUP, Described
@@ -139,8 +139,17 @@ def hash_elements(ds: Any, indices: Sequence[int]) -> str | None:
             leaf = np.asarray(leaf)
             digest.update(f"{described}{leaf.dtype}{leaf.shape}".encode())
             if not leaf.dtype.hasobject:
-                digest.update(check.fingerprint(leaf).encode())
+                digest.update(_leaf_hash(leaf).encode())
     return digest.hexdigest()[:16]
+
+
+def _leaf_hash(leaf: np.ndarray) -> str:
+    """BLAKE2b (8 bytes, hex) of a leaf's dtype, shape and bytes. A Grain state holds a hash
+    built from these, so it must not change between versions of jaxload (the run-time checks'
+    ``check.fingerprint`` is free to)."""
+    h = hashlib.blake2b(f"{leaf.dtype.str}{leaf.shape}".encode(), digest_size=8)
+    h.update(np.ascontiguousarray(leaf).reshape(-1).view(np.uint8))
+    return h.hexdigest()
 
 
 def _sampler(sampler: Any) -> str | None:

@@ -93,15 +93,25 @@ class TfDataset:
         group = self._group(start)
         options = tf.data.Options()
         options.experimental_symbolic_checkpoint = self._symbolic
+        built: dict[tuple[int, bool], tuple[Any, int | None]] = {}  # the last one built
+
+        def build(skip: int, count: bool) -> tuple[Any, int | None]:
+            """The pass's pipeline and its length. A ``Dataset`` is immutable and each
+            ``iter()`` starts a fresh iterator, so the passes from the same point (every pass
+            from the start) share one: building it again cost every pass 2-5 ms."""
+            if (skip, count) not in built:
+                pipeline = self._batched_group(group, skip)
+                if self._symbolic or count:  # a checkpoint with buffers would hold its batches
+                    pipeline = pipeline.prefetch(tf.data.AUTOTUNE)
+                pipeline = pipeline.with_options(options)
+                built.clear()  # a resume skipping batches builds its own, once
+                built[skip, count] = pipeline, _length(pipeline)
+            return built[skip, count]
 
         def batches(position: Any) -> Batches:
             consumed = batches_of(position)
             count = self._save is None or isinstance(position, int) and consumed > 0
-            pipeline = self._batched_group(group, consumed if count else 0)
-            if self._symbolic or count:  # a checkpoint with buffers would hold its batches
-                pipeline = pipeline.prefetch(tf.data.AUTOTUNE)
-            pipeline = pipeline.with_options(options)
-            length = _length(pipeline)
+            pipeline, length = build(consumed if count else 0, count)
             if count:
                 return Batches(counted(pipeline, itertools.count(consumed + 1)),
                                length=length, describe=self._same.described)
