@@ -1,5 +1,6 @@
 """Agreement between processes: every process reports, the leader (process 0) decides from all
-the reports, and every process learns the decision.
+the reports, and every process learns the decision (a pass's rounds are decided by the process
+that arrives last instead: :mod:`~jaxload._src.exchange`).
 
 :func:`gather` is one such round, for a check, the stats, the records or a shared token; each
 caller parses the reports and merges them in its ``decide``. The rounds themselves, their names,
@@ -52,7 +53,7 @@ def gather(name: str | Name, report: str, decide: Decide, timeout_s: float, *,
       >>> gather("example", "7", lambda reports: (max(reports.values()), True), 60)
       '7'
     """
-    exchange = Exchange(name, timeout_s, transport, watch=watch)
+    exchange = Exchange(name, timeout_s, transport, watch=watch, at_leader=True)
     ends = not wait and exchange.process_index != LEADER
     decision = exchange.round(report, decide, ends=ends)
     exchange.leave()

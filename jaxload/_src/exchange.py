@@ -1,26 +1,31 @@
 """Exchanges between processes: every process reports, one process decides, everyone learns it.
 
 An :class:`Exchange` is a named series of *rounds*. In each round every process publishes a short
-report in the coordination service's key-value store; the leader (process 0) waits until all have
-arrived, reads the reports, computes the decision with a pure function of them and publishes it;
-the other processes read that one decision. The coordinator so moves O(N) bytes per round for N
-processes (N reports in, one read of them, N reads of one decision), where letting every process
-read every report would move O(N^2). No barrier is used: arrivals are counted with the store's
-atomic increment, and the last process to arrive tells the leader.
+report in the coordination service's key-value store and counts itself in with the store's atomic
+increment; the process that arrives last (it finds every report there) reads the reports,
+computes the decision with a pure function of them and publishes it; the others read that one
+decision. The coordinator so moves O(N) bytes per round for N processes (N reports in, one read
+of them, N reads of one decision), where letting every process read every report would move
+O(N^2). No barrier is used, and after the last arrival a round takes three requests to the
+store (its count, the reports, the decision) before the others read the decision. An exchange
+made ``at_leader`` is decided by the leader (process 0) instead, which the last process to
+arrive tells so (one request and one wake-up more): for a ``decide`` that keeps what it reads
+on process 0 (the stats, the records of every group).
 
 Names: an exchange is named by what it belongs to (a loader's pass, a check's line in the
 program: :mod:`jaxload._src.whereabouts`), never by a process-wide counter, and a wait that lasts
 looks for processes that are at other exchanges (out of step) instead of waiting out
 ``timeout_s``. Every value read is parsed with its fields checked (:mod:`jaxload._src.wire`).
 
-Lifetimes: everything lives under ``jaxload/<series>/<ordinal>/``. The leader deletes a round
-once every process has arrived at the next one (so all have read its decision); the last process
+Lifetimes: everything lives under ``jaxload/<series>/<ordinal>/``. The process that decides a
+round deletes the round before it (every process arrived, so all have read its decision); the last process
 to leave a *final* round (one that ends the exchange: the end of a pass, an error, a stop)
 deletes the whole exchange. Nothing accumulates over the rounds of a long run.
 
 A process whose own report ends the exchange (it failed, or stopped iterating) does not wait for
-the others: it publishes and leaves. If that process is the leader, it publishes the decision at
-once, since no report of the others can change it. Every wait is bounded by ``timeout_s``.
+the others: it publishes and leaves (and decides, if it arrived last). If that process is the
+leader (process 0), it publishes the decision at once without counting itself in, since no report
+of the others can change it. Every wait is bounded by ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ Decide = Callable[[Reports], tuple[str, bool]]
 
 
 class Exchange:
-    """Rounds of reports gathered at the leader, which publishes one decision per round.
+    """Rounds of reports, decided by the process that arrives last: one decision per round.
 
     Every process must create the exchange under the same ``name`` and run the same rounds.
 
@@ -80,13 +85,13 @@ class Exchange:
     def __init__(self, name: str | Name, timeout_s: float,
                  transport: Transport | None | Literal["auto"] = "auto",
                  *, watch: Watch | None = None, blocking: Callable[[], bool] = lambda: True,
-                 created: Created = whereabouts.CREATED):
+                 created: Created = whereabouts.CREATED, at_leader: bool = False):
         """``name``: what the exchange belongs to (:mod:`jaxload._src.whereabouts`; a plain str
         names a one-off series). ``watch``: consulted while a wait lasts (a peer's failure ends
         it; processes found out of step are announced). ``blocking()``: whether the program is
         blocked in this exchange's waits (a loop waiting for its next batch), so that processes
         waiting elsewhere are out of step with it. ``created``: the exchanges this process
-        created."""
+        created. ``at_leader``: process 0 decides every round, not the last to arrive."""
         self.name = name if isinstance(name, Name) else Name(name, 0, f"exchange {name!r}")
         self.prefix = self.name.prefix
         self._timeout_s = timeout_s
@@ -94,6 +99,7 @@ class Exchange:
         self._watch = watch
         self._blocking = blocking
         self._created = created
+        self._at_leader = at_leader
         self._round = 0
         self._left = False
         self.decision_key = f"{self.prefix}/0/decision"  # where the last decision was read
@@ -108,9 +114,9 @@ class Exchange:
         """Publishes ``report`` and returns the round's decision, the same on every process.
 
         ``ends``: this report ends the exchange whatever the others report (a failure, a stop);
-        the process then returns without waiting (None), except the leader, which still
-        publishes the decision: ``decide`` of its own report alone. ``where`` names the round
-        in a timeout's message (e.g. ``"step 12"``).
+        the process then returns without waiting (None), except the leader (process 0), which
+        still publishes the decision: ``decide`` of its own report alone. ``where`` names the
+        round in a timeout's message (e.g. ``"step 12"``).
         """
         if self._left:
             raise RuntimeError(f"exchange {self.prefix!r} has ended")
@@ -129,13 +135,16 @@ class Exchange:
                 self.leave()
                 return decision
             t.set(f"{key}/p/{t.process_index}", report)
-            if t.increment(f"{key}/arrived") == t.process_count:
+            last = t.increment(f"{key}/arrived") == t.process_count
+            if self._at_leader and last:
                 t.set(f"{key}/all", "")
+            deciding = t.process_index == LEADER if self._at_leader else last
+            published = self._decide(t, r, decide) if deciding else None
             if ends:
                 self.leave()
                 return None
-            published = (self._lead(t, r, decide) if t.process_index == LEADER
-                         else self._wait(t, f"{key}/decision", r))
+            if published is None:
+                published = self._wait(t, f"{key}/decision", r)
         except TransportTimeout as e:
             self.leave()
             raise self._timeout_error(t, r, where or f"round {r}", e) from e
@@ -145,15 +154,16 @@ class Exchange:
         self.decision_key = f"{key}/decision"
         return self._decision(published, where or f"round {r}")
 
-    def _lead(self, t: Transport, r: int, decide: Decide) -> str:
-        """The leader's part of round ``r``: every report, the decision taken from them,
-        published; the previous round deleted."""
+    def _decide(self, t: Transport, r: int, decide: Decide) -> str:
+        """The part of round ``r`` of the process that decides it: every report, the
+        decision taken from them, published; the previous round deleted."""
         key = f"{self.prefix}/{r}"
-        self._wait(t, f"{key}/all", r)
+        if self._at_leader:
+            self._wait(t, f"{key}/all", r)
         try:
             decision, final = decide(Reports(f"{key}/p", t.dir_get(f"{key}/p")))
         except Exception as e:  # e.g. a malformed report: every process learns why
-            t.set(f"{key}/decision", _FAILED + f"{type(e).__name__}: {e}")
+            t.set(f"{key}/decision", _FAILED + f"{t.process_index}:{type(e).__name__}: {e}")
             raise
         published = (_FINAL if final else _GOES_ON) + decision
         t.set(f"{key}/decision", published)
@@ -161,17 +171,22 @@ class Exchange:
             t.delete(f"{self.prefix}/{r - 1}")
         return published
 
+    @property
+    def _decider(self) -> str:
+        return f"the leader (process {LEADER})" if self._at_leader else "the process that arrived last"
+
     def _decision(self, published: str, where: str) -> str:
         """The decision in ``published``, whose first character says whether the exchange ends
-        or the leader could not decide."""
+        or the process deciding could not decide (then its index and why follow)."""
         kind = published[:1]
         if kind not in (_FINAL, _GOES_ON):
             self.leave()
             if kind == _FAILED:
-                raise PeerFailedError(f"process {LEADER} could not decide {where} "
-                                      f"of {self.name.what}: {published[1:]}")
-            raise MalformedValueError(f"malformed decision in {self.decision_key!r} written by "
-                                      f"process {LEADER}: {published[:200]!r}")
+                decider, _, why = published[1:].partition(":")
+                raise PeerFailedError(f"process {decider} could not decide {where} "
+                                      f"of {self.name.what}: {why}")
+            raise MalformedValueError(f"malformed decision in {self.decision_key!r} (written by "
+                                      f"{self._decider}): {published[:200]!r}")
         if kind == _FINAL:
             self.leave()
         return published[1:]
@@ -251,7 +266,7 @@ class Exchange:
         else:
             missing = sorted(set(range(t.process_count)) - arrived)
             who = (f"processes [{ranges(missing)}] did not arrive" if missing else
-                   f"the leader (process {LEADER}) did not publish the decision")
+                   f"every process arrived, but {self._decider} did not publish the decision")
         return PeerTimeoutError(
             f"process {t.process_index} waited for the other processes at {where} of "
             f"{self.name.what} (timeout_s={self._timeout_s:g}): {who}. A process died, hangs in "
