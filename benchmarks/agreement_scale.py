@@ -5,7 +5,8 @@ Each simulated process is a thread with its own client of a real coordination se
 processes would send it. Two exchanges are measured in the same run:
 
 - ``jaxload``: :class:`jaxload._src.agreement.Exchange` with the loader's compact reports and
-  :func:`jaxload._src.protocol.decide` (gather at the leader, one decision published);
+  :func:`jaxload._src.protocol.decide` (the process that arrives last reads every report and
+  publishes one decision);
 - ``every-reads-all``: the previous protocol: every process sets its report (the full
   signature, ~300 bytes), waits at a barrier, and reads every report.
 
