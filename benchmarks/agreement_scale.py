@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from sections import publish
+
 import jaxload.testing
 from jaxload._src import protocol
 from jaxload._src.agreement import Exchange
@@ -229,11 +231,8 @@ def main():
     for r in passes:
         lines.append(f"| {r['processes']} | {'yes' if r['known'] else 'no'} | {r['steps']} | "
                      f"{r['rounds']} | {r['bytes_per_step']:.0f} | {r['agree_ms']:.3f} |")
-    text = "\n".join(lines) + "\n"
-    results = Path(__file__).with_name("results.md")
-    kept = results.read_text().split(SECTION)[0] if results.exists() else ""
-    results.write_text(kept.rstrip("\n") + "\n\n" + SECTION + "\n" + text)
-    print(text)
+    # its section only: the sections after it (other scripts') stay
+    publish(Path(__file__).with_name("results.md"), SECTION, [SECTION, *lines])
 
 
 if __name__ == "__main__":
