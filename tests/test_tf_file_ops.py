@@ -11,6 +11,7 @@ import pytest
 from test_tf_files import write_files
 
 import jaxload
+from jaxload._src.pipelines import tf_files
 from jaxload._src.pipelines.tfdata import TfDataset
 
 tf = pytest.importorskip("tensorflow")
@@ -21,6 +22,13 @@ def files(tmp_path_factory) -> list[str]:
     root = tmp_path_factory.mktemp("ops")
     write_files(root, [4] * 8)
     return sorted(str(p) for p in root.glob("*.tfrecord"))
+
+
+@pytest.fixture(autouse=True)
+def warned_afresh(monkeypatch):
+    """A fallback is told once per process: each test here sees its own warning, whatever ran
+    before it in this process."""
+    monkeypatch.setattr(tf_files, "_WARNED", set())
 
 
 def plan():

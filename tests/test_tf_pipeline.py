@@ -250,6 +250,18 @@ def test_a_pipeline_tf_data_cannot_save_falls_back_to_skipping_with_a_warning(mo
     assert isinstance(list(ignored.batches(None))[-1][1], dict)
 
 
+def test_the_functions_of_a_node_include_each_branch_of_a_case():
+    from jaxload._src import compat
+    from jaxload._src.pipelines.tf_graph import functions_of
+
+    ds = tf.data.Dataset.range(8).map(lambda x: tf.switch_case(
+        tf.cast(x % 2, tf.int32), [lambda: tf.random.uniform([]), lambda: tf.constant(0.0)]))
+    graph = compat.tf_graph(ds)
+    found = functions_of(graph, [n for n in graph.node if n.op.startswith("MapDataset")])
+    assert len(found) == 3  # the map's function and the two branches it calls
+    assert "RandomUniform" in {n.op for f in found for n in f.node_def}
+
+
 def test_the_passes_from_one_point_share_one_built_pipeline(monkeypatch):
     group = share(tf.data.Dataset.range(64), plan(processes=1, devices=8, index=0))
     built, build = [], group._batched_group

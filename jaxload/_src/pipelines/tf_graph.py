@@ -202,10 +202,14 @@ def functions_of(graph: Any, top: Iterable[Any]) -> list[Any]:
 
 
 def called(node: Any) -> Iterator[str]:
-    """The functions a node calls (``map``'s, ``interleave``'s, ``filter``'s predicate, ...)."""
+    """The functions a node calls (``map``'s, ``interleave``'s, ``filter``'s predicate, ...,
+    and each branch of a ``Case``, a list of functions)."""
     for attr in node.attr.values():
-        if attr.WhichOneof("value") == "func" and attr.func.name:
+        kind = attr.WhichOneof("value")
+        if kind == "func" and attr.func.name:
             yield attr.func.name
+        elif kind == "list":
+            yield from (func.name for func in attr.list.func if func.name)
 
 
 def dataset_inputs(node: Any, nodes: dict[str, Any]) -> list[str]:
