@@ -114,13 +114,15 @@ def test_tf_files_example_reads_each_groups_files_and_resumes_reading_only_after
     assert "[0] input: tf.data by files: each loading group reads 8 of the 16 files" in out
     for p in range(2):
         found = re.search(rf"\[{p}\] process {p}: stopped at step 10 of 32, resumed for 22 steps, "
-                          r"parsing (\d+) records \(22 x 32 rows, and the (\d+) batches after "
-                          r"the iterator's last save read again, nothing before it\).* iterator "
-                          r"saved after batch (\d+)", out)
+                          r"parsing (\d+) records \(at most 22 x 32 rows and the (\d+) batches "
+                          r"after the iterator's last save, (\d+): nothing before it\).* "
+                          r"iterator saved after batch (\d+)", out)
         assert found, out
-        parsed, again, saved = (int(g) for g in found.groups())
-        # the iterator is saved after each of its first three batches, then spaced by its cost
-        assert 3 <= saved <= 10 and again == 10 - saved and parsed == (22 + again) * 32
+        parsed, again, at_most, saved = (int(g) for g in found.groups())
+        # the iterator is saved after each of its first three batches, then spaced by its cost;
+        # what tf.data had parsed ahead comes back from the checkpoint's buffers
+        assert 3 <= saved <= 10 and again == 10 - saved and at_most == (22 + again) * 32
+        assert 0 < parsed <= at_most
 
 
 @pytest.mark.cluster

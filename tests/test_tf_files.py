@@ -43,7 +43,9 @@ def parsing(pattern: str, list_shuffle: bool | int = False, ctx=None, parallel: 
     """list_files -> interleave(TFRecordDataset) -> count -> parse: the usual file pipeline.
     ``list_shuffle``: False, True (list_files' default: unseeded) or a seed; ``ctx``: a
     dataset_fn's context, whose share of the files it reads. Without ``parallel`` every op
-    restores from a symbolic checkpoint (positions only, no buffers)."""
+    restores from a symbolic checkpoint (positions only, no buffers), which the pipeline asks
+    for: its counter is a stateful op, whose pipelines jaxload checkpoints with their buffers
+    by default."""
     import tensorflow as tf
 
     def count(serialized):
@@ -64,6 +66,7 @@ def parsing(pattern: str, list_shuffle: bool | int = False, ctx=None, parallel: 
                           num_parallel_calls=tf.data.AUTOTUNE if parallel else None).map(parse)
     options = tf.data.Options()
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    options.experimental_symbolic_checkpoint = True
     return ds.with_options(options)
 
 

@@ -250,6 +250,54 @@ def test_a_pipeline_tf_data_cannot_save_falls_back_to_skipping_with_a_warning(mo
     assert isinstance(list(ignored.batches(None))[-1][1], dict)
 
 
+def augmented(symbolic=None):
+    ds = tf.data.Dataset.range(256).map(
+        lambda x: {"x": tf.cast(x, tf.float32) + tf.random.uniform([])})
+    if symbolic is None:
+        return ds
+    options = tf.data.Options()
+    options.experimental_symbolic_checkpoint = symbolic
+    return ds.with_options(options)
+
+
+def test_a_pipeline_with_a_stateful_op_keeps_its_buffers_unless_it_asks_for_positions_only():
+    # under a symbolic checkpoint TensorFlow logs "RandomUniform is stateful." at every batch
+    graph = DatasetGraph.of(augmented())
+    assert graph.stateful == "RandomUniform is stateful." and not graph.symbolic()
+    assert DatasetGraph.of(augmented(symbolic=True)).symbolic()  # the user's choice
+    assert DatasetGraph.of(tf.data.Dataset.range(8).map(lambda x: x + 1)).stateful is None
+
+
+@pytest.fixture
+def tensorflow_warnings_on():
+    """TensorFlow's C++ WARNING lines written (the tests' TF_CPP_MIN_LOG_LEVEL=2 hides them),
+    where its log level can be set after its import (TensorFlow >= 2.21)."""
+    from jaxload._src import compat
+
+    level = compat.tf_log_level()
+    if level is None:
+        pytest.skip("this TensorFlow's log level is fixed when it is imported")
+    get, set_level = level
+    before = get()
+    set_level(1)
+    yield
+    set_level(before)
+
+
+def test_a_pass_over_a_pipeline_with_a_stateful_op_writes_no_tensorflow_warnings(
+        capfd, tensorflow_warnings_on):
+    loader = jaxload.from_tf_data(augmented(), jaxload.data_parallel(), global_batch_size=32)
+    capfd.readouterr()
+    with iter(loader) as batches:
+        steps = sum(1 for _ in itertools.islice(batches, 4))
+        saved = loader.get_state()["position"]["saved"]  # a checkpoint, with its buffers
+        steps += sum(1 for _ in batches)
+    assert steps == 8 and 1 <= saved["batches"] <= 4
+    assert "is stateful" not in capfd.readouterr().err
+    loader = jaxload.from_tf_data(augmented(), jaxload.data_parallel(), global_batch_size=32)
+    assert "is stateful" not in capfd.readouterr().err  # nor does building the loader
+
+
 def test_the_functions_of_a_node_include_each_branch_of_a_case():
     from jaxload._src import compat
     from jaxload._src.pipelines.tf_graph import functions_of

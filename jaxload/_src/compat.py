@@ -160,9 +160,13 @@ def tf_graph(ds: Any, *, fail_on_external_state: bool = False) -> Any:
 
     policy = tf.data.experimental.ExternalStatePolicy
     graph = graph_pb2.GraphDef()
-    graph.ParseFromString(ds._as_serialized_graph(
-        external_state_policy=policy.FAIL if fail_on_external_state else policy.IGNORE,
-        strip_device_assignment=True).numpy())
+    # a refusal is raised here, named by the caller: TensorFlow's own WARNING line of it
+    # ("Local rendezvous is aborting ...") would only repeat it, so it is off while inside
+    with _logs_at_least(_ERROR) if fail_on_external_state else contextlib.nullcontext():
+        serialized = ds._as_serialized_graph(
+            external_state_policy=policy.FAIL if fail_on_external_state else policy.IGNORE,
+            strip_device_assignment=True)
+    graph.ParseFromString(serialized.numpy())
     for nodes in [graph.node] + [f.node_def for f in graph.library.function]:
         for node in nodes:  # what stripping leaves (a py_function's "/device::0") fails later
             node.device = ""
@@ -234,7 +238,7 @@ def tf_restore_iterator(iterator: Any, state: bytes) -> None:
                                          tf.io.parse_tensor(state, tf.variant))
 
 
-_WARNING = 1  # absl::LogSeverityAtLeast::kWarning
+_WARNING, _ERROR = 1, 2  # absl::LogSeverityAtLeast::kWarning, kError
 _LOG_LEVEL_LOCK = threading.Lock()
 
 
@@ -242,24 +246,31 @@ _LOG_LEVEL_LOCK = threading.Lock()
 def _no_info_logs() -> Iterator[None]:
     """TensorFlow's C++ INFO logs off while inside (where they are on): ``LOG(INFO) << "Saving
     symbolic checkpoint"`` in ``IteratorResource::Save`` would write a line to stderr at every
-    batch. Raises absl's minimum log level to WARNING and puts it back. Where TensorFlow logs
-    through its own logger instead (before 2.21), whose level is fixed when TensorFlow is
-    imported, it warns once how to turn the line off."""
+    batch. Where TensorFlow logs through its own logger instead (before 2.21), whose level is
+    fixed when TensorFlow is imported, it warns once how to turn the line off."""
+    if tf_log_level() is None and tf_logs_at_fixed_level():
+        _warn_fixed_info_logs()
+    with _logs_at_least(_WARNING):
+        yield
+
+
+@contextlib.contextmanager
+def _logs_at_least(severity: int) -> Iterator[None]:
+    """TensorFlow's C++ log lines below ``severity`` off while inside (absl's minimum log
+    level raised, then put back), where :func:`tf_log_level` finds the level; else nothing."""
     level = tf_log_level()
     if level is None:
-        if tf_logs_at_fixed_level():
-            _warn_fixed_info_logs()
         yield
         return
     get, set_level = level
     with _LOG_LEVEL_LOCK:
         before = get()
-        if before < _WARNING:
-            set_level(_WARNING)
+        if before < severity:
+            set_level(severity)
         try:
             yield
         finally:
-            if before < _WARNING:
+            if before < severity:
                 set_level(before)
 
 

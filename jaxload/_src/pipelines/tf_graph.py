@@ -77,6 +77,10 @@ class DatasetGraph:
         come next.
       symbolic_option: the pipeline's ``options().experimental_symbolic_checkpoint`` (None:
         unset); False keeps the buffers in its checkpoints.
+      stateful: an op with state outside the pipeline (``RandomUniform is stateful.``), even
+        one whose state a save ignores, or None. Under a symbolic checkpoint TensorFlow logs
+        that line as a warning at every ``next()`` of the iterator (and of each ``with_options``
+        inside the pipeline: every element), whatever the external-state policy.
     """
 
     nodes: tuple[tuple[str, Any, dict[str, Any]], ...]
@@ -85,6 +89,7 @@ class DatasetGraph:
     ignores_external_state: bool
     symbolic_option: bool | None = None
     graph: Any = dataclasses.field(default=None, compare=False, repr=False)
+    stateful: str | None = None
 
     @classmethod
     def of(cls, ds: Any) -> DatasetGraph:
@@ -101,14 +106,17 @@ class DatasetGraph:
                    == tf.data.experimental.ExternalStatePolicy.IGNORE)
         nodes = tuple(_nodes(graph))
         named = sorted({op for op, _, _ in nodes} & _EXTERNAL)
+        stateful = external or next((f"{op} is stateful." for op in sorted(
+            {op for op, _, _ in nodes} & (_EXTERNAL | RANDOM_VALUES))), None)
         if ignores:
             external = None
         elif named:  # also where TensorFlow's own check passes (it can, in a long-lived process)
             external = external or f"{named[0]} is stateful."
-        elif external and external.split(" ")[0] in RANDOM_VALUES | _SEED_STATE:
+        elif external and external.split(" ")[0] in RANDOM_VALUES | _SEED_STATE or (
+                not external and stateful):  # random ops, where TensorFlow's check passed
             external, ignores = None, True
         return cls(nodes, options.deterministic, external, ignores,
-                   options.experimental_symbolic_checkpoint, graph)
+                   options.experimental_symbolic_checkpoint, graph, stateful)
 
     def feeding(self, names: list[str], graph: Any = None) -> DatasetGraph:
         """The part of the pipeline that feeds the top-level nodes ``names`` (themselves
@@ -143,9 +151,12 @@ class DatasetGraph:
         """Whether every dataset op restores exactly from a symbolic checkpoint (those in
         ``SYMBOLIC``, and a parallel interleave that keeps its order, rebuilt as
         :func:`~jaxload._src.pipelines.tf_rewrite.sequential_interleaves` builds it), unless
-        the pipeline's options set ``experimental_symbolic_checkpoint = False``."""
+        the pipeline's options set ``experimental_symbolic_checkpoint = False``, or it has a
+        stateful op (a random augmentation, a ``py_function``) and its options do not set
+        ``experimental_symbolic_checkpoint = True``: TensorFlow would log a warning at every
+        batch (``stateful``)."""
         ops = {op for op in self.ops() if "Dataset" in op}
-        if self.symbolic_option is False:
+        if self.symbolic_option is False or (self.stateful and self.symbolic_option is not True):
             return False
         if ops & PARALLEL_INTERLEAVES and (self.ops() & _RESOURCES or any(
                 op in PARALLEL_INTERLEAVES and (unordered(self, node) or not _lengths_known(
