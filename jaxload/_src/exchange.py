@@ -18,9 +18,9 @@ looks for processes that are at other exchanges (out of step) instead of waiting
 ``timeout_s``. Every value read is parsed with its fields checked (:mod:`jaxload._src.wire`).
 
 Lifetimes: everything lives under ``jaxload/<series>/<ordinal>/``. The process that decides a
-round deletes the round before it (every process arrived, so all have read its decision); the last process
-to leave a *final* round (one that ends the exchange: the end of a pass, an error, a stop)
-deletes the whole exchange. Nothing accumulates over the rounds of a long run.
+round deletes the round before it (every process arrived, so all have read its decision); the
+last process to leave a *final* round (one that ends the exchange: the end of a pass, an error,
+a stop) deletes the whole exchange. Nothing accumulates over the rounds of a long run.
 
 A process whose own report ends the exchange (it failed, or stopped iterating) does not wait for
 the others: it publishes and leaves (and decides, if it arrived last). If that process is the
