@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sections import write_section
+from sections import publish
 
 import jaxload
 import jaxload.testing
@@ -90,9 +90,7 @@ def main() -> None:
         lines.append(f"| {processes}x{devices} | "
                      + " | ".join(f"{m * 1e3:.1f} ({lo * 1e3:.1f}-{hi * 1e3:.1f})"
                                   for m, lo, hi in cells) + f" | {on / off:.2f} |")
-    text = "\n".join(lines) + "\n"
-    write_section(Path(args.out), SECTION, text)
-    print(text)
+    publish(Path(args.out), SECTION, lines)
 
 
 if __name__ == "__main__":

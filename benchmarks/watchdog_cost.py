@@ -20,7 +20,7 @@ import contextlib
 import statistics
 from pathlib import Path
 
-from sections import write_section
+from sections import publish
 
 import jaxload.testing
 
@@ -114,9 +114,7 @@ def main() -> None:
               "pass to the last (one per process per 10 s, whatever the step rate):", "",
               "| processes | coordinator bytes per step | watchdog reads |", "|---|---|---|"]
     lines += scale
-    text = "\n".join(lines) + "\n"
-    write_section(Path(args.out), SECTION, text)
-    print(text)
+    publish(Path(args.out), SECTION, lines)
 
 
 if __name__ == "__main__":
