@@ -4,7 +4,7 @@ its bytes, shape and dtype: the same on every process and machine), with where i
 from __future__ import annotations
 
 import json
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -26,14 +26,18 @@ def fingerprint(data: np.ndarray) -> str:
       >>> len(jaxload.check.fingerprint(a))
       16
     """
-    data = np.asarray(data)
     # XXH3: about 60 times BLAKE2b's speed here (0.07 ms against 4.5 for 6 MB), and a check
     # hashes every local shard, a whole per-process batch; its output is stable across
     # machines and versions (xxHash >= 0.8)
-    h = xxhash.xxh3_64()
+    return hashed(xxhash.xxh3_64(), data)
+
+
+def hashed(h: Any, data: np.ndarray) -> str:
+    """``h`` (a ``hashlib``-like hash) of an array's dtype, shape and bytes, as hex."""
+    data = np.asarray(data)
     h.update(f"{data.dtype.str}{data.shape}".encode())
     h.update(np.ascontiguousarray(data).reshape(-1).view(np.uint8))  # bytes of any dtype, no copy
-    return h.hexdigest()
+    return str(h.hexdigest())
 
 
 class ShardRecord(NamedTuple):

@@ -56,8 +56,8 @@ class ReadAhead:
         self.digest: str | None = None
         self.nbytes = 0
         self._key: tuple[Any, tuple[tuple[str, tuple[int, ...]], ...]] | None = None
-        self._seen: tuple[Any, tuple[tuple[np.dtype, tuple[int, ...]], ...]] | None = None
-        self._seen_plan: Plan | None = None
+        # the plan, structure, dtypes and shapes of the last batch checked
+        self._seen: tuple[Plan, Any, tuple[tuple[np.dtype, tuple[int, ...]], ...]] | None = None
         self.next_step = self._first_step = first_step  # the step of the next batch read
         self._watch = watch or (lambda step, first: contextlib.nullcontext())
 
@@ -97,9 +97,10 @@ class ReadAhead:
         leaves, treedef = jax.tree_util.tree_flatten(local)
         # numpy leaves with the structure, dtypes and shapes of the last batch checked, under
         # the same plan, pass as it did: most batches, so that the checks cost once, not per step
-        seen = (treedef, tuple((a.dtype, a.shape) for a in leaves)) if all(
+        # (a tuple compares the plan by identity first; an equal plan checks the same)
+        seen = (plan, treedef, tuple((a.dtype, a.shape) for a in leaves)) if all(
             type(a) is np.ndarray for a in leaves) else None
-        if seen is not None and seen == self._seen and plan is self._seen_plan:
+        if seen is not None and seen == self._seen:
             self.next_step += 1
             return Local(treedef, leaves, position)
         named = check_local_batch(local, plan, partial=self._pad)
@@ -117,6 +118,6 @@ class ReadAhead:
                 f"{signature.differences(self.signature, now, self._first_step)}. Features need one static "
                 "shape and dtype (pad or crop variable-length features in the pipeline); a "
                 "changing shape would also recompile the training step.")
-        self._seen, self._seen_plan = seen, plan
+        self._seen = seen
         self.next_step += 1
         return Local(treedef, leaves, position)

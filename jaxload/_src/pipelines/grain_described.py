@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from jaxload._src import compat
+from jaxload._src.fingerprints import hashed
 from jaxload._src.pipelines.base import Batches
 from jaxload._src.plan import Plan
 from jaxload._src.same_dataset import ALL, GROUP, Described
@@ -147,9 +148,7 @@ def _leaf_hash(leaf: np.ndarray) -> str:
     """BLAKE2b (8 bytes, hex) of a leaf's dtype, shape and bytes. A Grain state holds a hash
     built from these, so it must not change between versions of jaxload (the run-time checks'
     ``check.fingerprint`` is free to)."""
-    h = hashlib.blake2b(f"{leaf.dtype.str}{leaf.shape}".encode(), digest_size=8)
-    h.update(np.ascontiguousarray(leaf).reshape(-1).view(np.uint8))
-    return h.hexdigest()
+    return hashed(hashlib.blake2b(digest_size=8), leaf)
 
 
 def _sampler(sampler: Any) -> str | None:

@@ -105,9 +105,10 @@ class DatasetGraph:
         ignores = (options.experimental_external_state_policy
                    == tf.data.experimental.ExternalStatePolicy.IGNORE)
         nodes = tuple(_nodes(graph))
-        named = sorted({op for op, _, _ in nodes} & _EXTERNAL)
+        ops = {op for op, _, _ in nodes}
+        named = sorted(ops & _EXTERNAL)
         stateful = external or next((f"{op} is stateful." for op in sorted(
-            {op for op, _, _ in nodes} & (_EXTERNAL | RANDOM_VALUES))), None)
+            ops & (_EXTERNAL | RANDOM_VALUES))), None)
         if ignores:
             external = None
         elif named:  # also where TensorFlow's own check passes (it can, in a long-lived process)
