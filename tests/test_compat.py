@@ -14,7 +14,7 @@ def test_every_private_read_is_listed_and_has_a_test():
     assert tested == {"distributed_client", "thread_mesh", "data_loader_source",
                       "data_loader_shard_options", "data_loader_operations", "drops_elements",
                       "data_loader_sampler", "grain_split_and_seeds", "grain_below_maps",
-                      "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
+                      "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state", "tf_replay",
                       "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed"}
 
 
@@ -147,6 +147,35 @@ def test_tensorflow_private_entry_points_exist_and_work(tmp_path):
         lambda x: tf.data.Dataset.range(x + captured), cycle_length=2,
         num_parallel_calls=2)).node if n.op == "ParallelInterleaveDatasetV4")
     assert compat.tf_input_index(node, "prefetch_input_elements") == 5
+
+
+def test_a_shuffle_and_the_ops_over_it_are_rebuilt_as_they_were():
+    # tf_replay.py rebuilds Dataset.shuffle with both of its op seeds and each map, prefetch and
+    # with_options over it with its own traced function and arguments
+    tf = pytest.importorskip("tensorflow")
+    tf.random.set_seed(3)  # the seeds TensorFlow derives: (3, a drawn op seed)
+    try:
+        shuffled = tf.data.Dataset.range(64).shuffle(16)
+    finally:
+        tf.random.set_seed(None)
+    found = compat.tf_shuffle(shuffled)
+    assert found is not None, "Dataset.shuffle's _ShuffleDataset attributes are gone"
+    source, size, seed, seed2, reshuffles = found
+    assert (size, seed, reshuffles) == (16, 3, True) and seed2 > 0
+    ds = shuffled.map(lambda x: x * 10, num_parallel_calls=2, deterministic=True).prefetch(
+        3).map(lambda x: x + 1).with_options(tf.data.Options())
+    rebuilt, ops = compat.tf_shuffled(source, size, (seed, seed2), reshuffles), []
+    node = ds
+    while compat.tf_shuffle(node) is None:
+        node, again = compat.tf_one_to_one(node)
+        ops.append(again)
+    assert node is shuffled and len(ops) == 4
+    for again in reversed(ops):
+        rebuilt = again(rebuilt)
+    for _ in range(2):  # each iterator reshuffles, as the user's own pipeline does
+        assert list(rebuilt.as_numpy_iterator()) == list(ds.as_numpy_iterator())
+    assert compat.tf_one_to_one(tf.data.Dataset.range(4).batch(2)) is None
+    assert compat.tf_shuffle(tf.data.Dataset.range(4)) is None
 
 
 _SAVES = """

@@ -225,7 +225,10 @@ def test_a_restored_iterator_continues_exactly(tmp_path, name, groups):
         first = share(make(files), group_plan)
         batches = first.batches(None)
         _, position = next(itertools.islice(iter(batches), stop - 1, None))
-        assert position["batches"] == stop and 1 <= position["saved"]["batches"] <= stop
+        if name == "shuffle":  # positioned by replay (test_tf_replay.py): nothing saved
+            assert position == {"pass": 0, "batches": stop, "seeds": [87654321, 2]}
+        else:
+            assert position["batches"] == stop and 1 <= position["saved"]["batches"] <= stop
         again = share(make(files), group_plan)
         rest = [b["id"].tolist() for b, _ in again.batches(json.loads(json.dumps(position)))]
         assert rest == reference[stop:], (name, stop)
@@ -324,8 +327,9 @@ def test_the_passes_from_one_point_share_one_built_pipeline(monkeypatch):
 
 
 def test_a_large_checkpoint_is_saved_less_often_and_reread_is_bounded():
+    # a filter over the shuffle: not replayed (test_tf_replay.py), so its buffer is saved
     ds = tf.data.Dataset.range(20_000).map(lambda x: {"id": x, "x": tf.fill([64], x)}).shuffle(
-        5000, seed=1)
+        5000, seed=1).filter(lambda e: e["id"] >= 0)
     group = share(ds, plan(processes=1, devices=8, index=0))
     positions = [position for _, position in itertools.islice(group.batches(None), 200)]
     saves = {p["saved"]["batches"] for p in positions}

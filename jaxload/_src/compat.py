@@ -14,7 +14,7 @@ import contextlib
 import functools
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # (what reads it, the private path) for tests/test_compat.py
@@ -37,6 +37,11 @@ PRIVATE = (
     ("tf_auto_shard", "tensorflow.python.data.experimental.ops.distribute._AutoShardDataset"),
     ("tf_from_graph", "tensorflow.python.ops.gen_experimental_dataset_ops.dataset_from_graph, "
                       "tensorflow.python.data.ops.dataset_ops._VariantDataset"),
+    ("tf_replay", "shuffle_op._ShuffleDataset._input_dataset, _buffer_size, _seed, _seed2, "
+                  "_reshuffle_each_iteration; map_op._MapDataset, _ParallelMapDataset._map_func."
+                  "function, _num_parallel_calls, _deterministic, _use_inter_op_parallelism, "
+                  "_preserve_cardinality; prefetch_op._PrefetchDataset._buffer_size; "
+                  "gen_dataset_ops.shuffle_dataset_v3, map_dataset, parallel_map_dataset_v2"),
     ("tf_iterator_state", "tf.data.Iterator._iterator_resource, "
                           "tensorflow.python.ops.gen_dataset_ops.serialize_iterator, "
                           "deserialize_iterator"),
@@ -193,6 +198,66 @@ def tf_from_graph(graph: Any, element_spec: Any) -> Any:
 
     variant = gen_experimental_dataset_ops.dataset_from_graph(graph.SerializeToString())
     return dataset_ops._VariantDataset(variant, element_spec)
+
+
+def tf_shuffle(ds: Any) -> tuple[Any, int, int, int, bool] | None:
+    """``(input, buffer_size, seed, seed2, reshuffle_each_iteration)`` of a dataset that
+    ``Dataset.shuffle`` made (``shuffle_op._ShuffleDataset``), both op seeds as TensorFlow
+    derived them (0 and 0: none); None for any other dataset."""
+    if type(ds).__name__ != "_ShuffleDataset":
+        return None
+    try:
+        return (ds._input_dataset, int(ds._buffer_size), int(ds._seed), int(ds._seed2),
+                ds._reshuffle_each_iteration is not False)  # None: TensorFlow's default, True
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def tf_shuffled(ds: Any, buffer_size: int, seeds: tuple[int, int], reshuffle: bool) -> Any:
+    """``ds`` shuffled as ``Dataset.shuffle`` shuffles it, with both op seeds given (which
+    ``shuffle`` cannot take) and a seed generator of its own: ``gen_dataset_ops.
+    shuffle_dataset_v3`` as a ``dataset_ops._VariantDataset``. Its ``n``-th iterator has the
+    order of the ``n``-th iterator of ``Dataset.shuffle`` with those seeds."""
+    from tensorflow.python.data.ops import dataset_ops
+    from tensorflow.python.ops import gen_dataset_ops
+
+    variant = gen_dataset_ops.shuffle_dataset_v3(
+        ds._variant_tensor, buffer_size=buffer_size, seed=seeds[0], seed2=seeds[1],
+        seed_generator=gen_dataset_ops.dummy_seed_generator(),
+        reshuffle_each_iteration=reshuffle, **ds._common_args)  # a shuffle keeps the spec
+    return dataset_ops._VariantDataset(variant, ds.element_spec)
+
+
+def tf_one_to_one(ds: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+    """For a dataset that gives one element per element of its input, in its order, whatever
+    the element (``map`` with or without ``num_parallel_calls``, ``prefetch``,
+    ``with_options``): its input, and a function that applies the same op, the same traced
+    function included, to another input of the same element spec. None for any other."""
+    from tensorflow.python.data.ops import dataset_ops
+    from tensorflow.python.ops import gen_dataset_ops
+
+    kind = type(ds).__name__
+    if kind == "_PrefetchDataset":
+        return ds._input_dataset, lambda new: new.prefetch(int(ds._buffer_size))
+    if kind == "_OptionsDataset":
+        return ds._input_dataset, lambda new: new.with_options(ds.options())
+    if kind not in ("_MapDataset", "_ParallelMapDataset"):
+        return None
+    function = ds._map_func.function
+    common = {"use_inter_op_parallelism": ds._use_inter_op_parallelism,
+              "preserve_cardinality": ds._preserve_cardinality, **ds._common_args}
+    if kind == "_ParallelMapDataset":
+        if hasattr(ds, "_use_unbounded_threadpool"):
+            common["use_unbounded_threadpool"] = ds._use_unbounded_threadpool
+        common.update(num_parallel_calls=ds._num_parallel_calls, deterministic=ds._deterministic)
+
+    def again(new: Any) -> Any:
+        op = (gen_dataset_ops.parallel_map_dataset_v2 if kind == "_ParallelMapDataset"
+              else gen_dataset_ops.map_dataset)
+        variant = op(new._variant_tensor, function.captured_inputs, f=function, **common)
+        return dataset_ops._VariantDataset(variant, ds.element_spec)
+
+    return ds._input_dataset, again
 
 
 def tf_input_index(node: Any, name: str) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from jaxload._src.pipelines.base import Batches, LocalSpec
@@ -28,12 +28,14 @@ from jaxload._src.pipelines.tf_order import (
     value_varying,
 )
 from jaxload._src.pipelines.tf_probe import Probe as _Probe
+from jaxload._src.pipelines.tf_replay import Replay, position_of
 from jaxload._src.pipelines.tf_rewrite import sequential_interleaves
 from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
 from jaxload._src.plan import Plan
 from jaxload._src.protocol import INFINITE
 from jaxload._src.remainder import DROP, rows_read
 from jaxload._src.state import Elastic, why_not_sliceable
+from jaxload._src.trees import HostBatch
 
 _NOT_SAVED: set[str] = set()  # an unsaveable pipeline is told once per process
 
@@ -70,6 +72,7 @@ class TfDataset:
         self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
             f"tf.data/{self.sharding.mode}")
         self._save = _saveable(graph)
+        self._replay = self._replayed_share(ds, graph)
         self.batches = self.from_row(0)
         length = int(ds.cardinality())
         why_not = why_not_sliceable(shard is not False, batched, "the whole dataset")
@@ -87,9 +90,12 @@ class TfDataset:
 
     def from_row(self, start: int) -> Callable[[Any], Batches]:
         """This group's batches from global row ``start`` on (0 unless sharded by elements),
-        from a backend position: a checkpointed one (restored), a count (skipped), or None."""
+        from a backend position: a checkpointed one (restored), a count (skipped), a replayed
+        one (:mod:`~jaxload._src.pipelines.tf_replay`), or None."""
         import tensorflow as tf
 
+        if self._replay is not None:
+            return self._replayed(start, self._replay)
         group = self._group(start)
         options = tf.data.Options()
         options.experimental_symbolic_checkpoint = self._symbolic
@@ -122,13 +128,65 @@ class TfDataset:
 
         return batches
 
+    def _replayed_share(self, ds: Any, graph: DatasetGraph) -> Replay | None:
+        """The replay of the pipeline a pass splits (or is, unsplit), where it is a shuffle
+        with one-to-one ops over it (:mod:`~jaxload._src.pipelines.tf_replay`), else None."""
+        if self.sharding.mode == ELEMENTS:
+            return Replay.of(self._ds, graph)
+        if self._share is ds and self._plan.global_batch_size == self._global:  # unsplit
+            return Replay.of(ds, graph)
+        return None
+
+    def _replayed(self, start: int, replay: Replay) -> Callable[[Any], Batches]:
+        """As :meth:`from_row`, for a pipeline positioned by replay: ``{"pass", "batches",
+        "seeds"}``. A pass builds its pipeline over the shuffle's rebuilt twin, skipping the
+        elements the batches before its position took, and saves nothing as it goes."""
+        import tensorflow as tf
+
+        plan, elements = self._plan, self.sharding.mode == ELEMENTS
+        if not elements:  # the group's own pipeline: a batch takes local_batch_size elements
+            per_batch = 1 if self._batched else plan.local_batch_size
+        elif plan.global_batch_size != self._global:  # each step: global_batch_size elements
+            per_batch = self._global
+        else:  # each step: one element (batched) or local_batch_size of each loading group
+            per_batch = plan.shard_count * (1 if self._batched else plan.local_batch_size)
+        whole: list[int | None] = []  # the pass's length in batches, once known
+
+        def pipeline(ds: Any) -> Any:
+            group = self._split(ds) if elements else ds
+            return self._batched_group(group, 0).prefetch(tf.data.AUTOTUNE)
+
+        def read(number: int | None, consumed: int, seeds: tuple[int, int] | None
+                 ) -> Iterator[tuple[HostBatch, Any]]:
+            number, shuffled = replay.passes.start(number, seeds)
+            ds = replay.dataset(shuffled, start + consumed * per_batch)
+            drawn = [*replay.passes.seeds]
+            yield from counted(pipeline(ds), ({"pass": number, "batches": n, "seeds": drawn}
+                                              for n in itertools.count(consumed + 1)))
+
+        def batches(position: Any) -> Batches:
+            number, consumed, seeds = position_of(position)
+            if not whole:
+                whole.append(_length(pipeline(self._ds.skip(start) if start else self._ds)
+                                     if elements else pipeline(self._share)))
+            length = whole[0]
+            remaining = max(length - consumed, 0) if length not in (None, INFINITE) else length
+            return Batches(read(number, consumed, seeds), length=remaining,
+                           describe=self._same.described)
+
+        return batches
+
     def _group(self, start: int) -> Any:
         """By elements: ``ds.skip(start).shard(K, k)``, or with a padded global batch its real
         rows of each step, as batches. Otherwise (``start`` is 0) this group's share."""
-        plan = self._plan
         if self._share is not None and self.sharding.mode != ELEMENTS:
             return self._share
-        rest = self._ds.skip(start) if start else self._ds
+        return self._split(self._ds.skip(start) if start else self._ds)
+
+    def _split(self, rest: Any) -> Any:
+        """This group's elements of ``rest`` (the whole pipeline from a row on): ``rest.shard(K,
+        k)``, or with a padded global batch its real rows of each step, as batches."""
+        plan = self._plan
         if plan.global_batch_size != self._global:
             return _real_rows(rest, self._global, plan)
         return rest.shard(plan.shard_count, plan.shard_index)

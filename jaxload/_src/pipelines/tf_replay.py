@@ -1,0 +1,198 @@
+"""A shuffled tf.data pipeline positioned by replay, not by saving its shuffle buffer.
+
+tf.data cannot checkpoint a ``shuffle`` without its buffer (4,096 images of 12 KB: a 50 MB
+checkpoint), so saving the iterator as a pass goes costs the reading thread tens of
+milliseconds a save and makes a state of that size. Yet what a seeded shuffle hands out at
+element ``p`` of a pass depends only on its seeds, its input's order and ``p``. So where a
+pipeline reads
+
+    input.shuffle(B, seed)  then any of .map(f), .prefetch(n), .with_options(o)
+
+and ``input`` gives the same order on every pass (no other shuffle, no op that hands out
+elements in the order they are ready), its position is a few counts: the pass, the shuffle's
+seeds and the elements handed out. Nothing is saved while the pass runs. A resume rebuilds the
+pipeline with ``skip(p)`` right after the shuffle: the shuffle draws ``p`` elements (in memory,
+microseconds each) and the ops above it run only for the elements after them. (A random
+augmentation above the shuffle then draws other values than the interrupted pass would have,
+as after any resume of tf.data: its checkpoints do not hold random ops' state either.)
+
+jaxload rebuilds the shuffle (the same buffer size and seeds, a seed generator of its own) and
+the ops above it (their traced functions unchanged), so its pass ``n`` has the order of the
+``n``-th iteration of the user's pipeline. Passes are counted per user shuffle, as TensorFlow
+counts iterators per dataset: a loader built per epoch over the same ``ds`` reshuffles as a kept
+one does. An unseeded shuffle gets seeds drawn once per process, recorded in the position.
+
+Example:
+  >>> import tensorflow as tf
+  >>> ds = tf.data.Dataset.range(8).shuffle(8, seed=1).map(lambda x: 10 * x)
+  >>> replay = Replay.of(ds)
+  >>> number, shuffled = replay.passes.start(None, None)
+  >>> whole = [int(x) for x in replay.dataset(shuffled, 0)]
+  >>> whole == [int(x) for x in ds]                  # the user's first pass
+  True
+  >>> number, shuffled = replay.passes.start(0, None)  # pass 0 again, from element 5
+  >>> [int(x) for x in replay.dataset(shuffled, 5)] == whole[5:]
+  True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from jaxload._src import compat
+from jaxload._src.pipelines.tf_graph import (
+    RANDOM_VALUES,
+    DatasetGraph,
+    attr,
+    functions_of,
+    unordered,
+)
+from jaxload._src.validate import is_nonnegative_int
+
+_UNSEEDED = (0, 0)  # TensorFlow's op seeds of a shuffle without a seed
+_PASSES: weakref.WeakKeyDictionary[Any, Passes] = weakref.WeakKeyDictionary()
+_PASSES_LOCK = threading.Lock()
+# dataset ops of an input that can give another order on another pass (or process): a shuffle
+# below the one replayed, Dataset.random, and the ops that hand out elements as they are ready
+_REORDERING = ("Shuffle", "RandomDataset")
+_VALUES_ONLY = frozenset({"MapDataset", "ParallelMapDataset", "ParallelMapDatasetV2"})
+
+
+class Passes:
+    """The passes started over one user's shuffle: its rebuilt twin, and how many iterators
+    were made of it (each draws the seeds of another pass where the shuffle reshuffles)."""
+
+    def __init__(self, args: tuple[Any, int, int, int, bool]):
+        self._input, self._size, seed, seed2, self.reshuffles = args
+        self.seeds = (seed, seed2)
+        self.drawn = self.seeds == _UNSEEDED  # the seeds are this process's own draw
+        if self.drawn:
+            draw = random.SystemRandom()
+            self.seeds = (draw.randrange(1, 2**31), draw.randrange(1, 2**31))
+        self._lock = threading.Lock()
+        self._shuffled: Any = None
+        self._started = 0
+
+    def start(self, number: int | None, seeds: tuple[int, int] | None) -> tuple[int, Any]:
+        """The rebuilt shuffle positioned for pass ``number`` (None: the next one) with
+        ``seeds`` (None: its own), counted as started: the caller makes one iterator of a
+        pipeline over it. Raises a ValueError where ``seeds`` are not the shuffle's own."""
+        with self._lock:
+            if seeds is not None and seeds != self.seeds:
+                if not self.drawn:
+                    raise ValueError(
+                        f"the state's position has the shuffle seeds {list(seeds)}, this "
+                        f"pipeline's shuffle has {list(self.seeds)}: a state continues only the "
+                        "pipeline it was taken with")
+                self.seeds, self._shuffled = seeds, None
+            if number is None:
+                number = self._started
+            if self._shuffled is None or number != self._started:
+                self._shuffled = compat.tf_shuffled(self._input, self._size, self.seeds,
+                                                    self.reshuffles)
+                for _ in range(number if self.reshuffles else 0):
+                    iter(self._shuffled)  # draws a pass's seeds; reads nothing
+            self._started = number + 1
+            return number, self._shuffled
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """How to rebuild a pipeline over its shuffle's rebuilt twin, positioned after a number of
+    its elements.
+
+    Attributes:
+      above: the ops over the shuffle, each as a function applying it to another input, in
+        the order they apply.
+      passes: the passes of the shuffle (:class:`Passes`), shared by every loader of it.
+    """
+
+    above: tuple[Callable[[Any], Any], ...]
+    passes: Passes
+
+    @classmethod
+    def of(cls, ds: Any, graph: DatasetGraph | None = None) -> Replay | None:
+        """The replay of ``ds``, or None where its shape is not the one above. ``graph``: its
+        graph, where read already (it tells whether the shuffle's input keeps its order from
+        pass to pass, and whether a parallel op hands out elements as they are ready)."""
+        above: list[Callable[[Any], Any]] = []
+        node = ds
+        while (shuffle := compat.tf_shuffle(node)) is None:
+            step = compat.tf_one_to_one(node)
+            if step is None:
+                return None
+            node, again = step
+            above.append(again)
+        graph = graph if graph is not None else DatasetGraph.of(ds)
+        if not keeps_its_order(graph):
+            return None
+        with _PASSES_LOCK:
+            passes = _PASSES.get(node)
+            if passes is None:
+                passes = _PASSES[node] = Passes(shuffle)
+        return cls(tuple(reversed(above)), passes)
+
+    def dataset(self, shuffled: Any, skip: int) -> Any:
+        """The pipeline over ``shuffled`` (from :meth:`Passes.start`), from element ``skip``."""
+        ds = shuffled.skip(skip) if skip else shuffled
+        for again in self.above:
+            ds = again(ds)
+        return ds
+
+
+def keeps_its_order(graph: DatasetGraph) -> bool:
+    """Whether a pipeline with one shuffle gives the same elements in the same order on every
+    pass, given the shuffle's seeds: no other shuffle or ``Dataset.random``, no parallel op
+    that hands out elements as they are ready, and random ops only where they change values,
+    not which elements come (in a ``map``'s function, not a ``filter``'s or an
+    ``interleave``'s)."""
+    reordering = [op for op, _, _ in graph.nodes
+                  if "Dataset" in op and any(word in op for word in _REORDERING)]
+    if len(reordering) != 1 or any(unordered(graph, node) or attr(node, "sloppy") is True
+                                   for _, node, _ in graph.nodes):
+        return False
+    if graph.graph is None:
+        return True
+    return not any(
+        node.op not in _VALUES_ONLY and any(inner.op in RANDOM_VALUES for function in
+                                            functions_of(graph.graph, [node])
+                                            for inner in function.node_def)
+        for node in graph.graph.node)
+
+
+def position_of(position: Any) -> tuple[int | None, int, tuple[int, int] | None]:
+    """``(pass, elements handed out, seeds)`` of a replayed pipeline's position (None: the
+    start of the next pass); a ValueError naming the field where it is not one.
+
+    Example:
+      >>> position_of({"pass": 2, "batches": 5, "seeds": [87654321, 1]})
+      (2, 5, (87654321, 1))
+      >>> position_of({"pass": -1, "batches": 5, "seeds": [1, 1]})
+      Traceback (most recent call last):
+      ...
+      ValueError: the state's position['pass'] must be an int >= 0, got -1
+    """
+    if position is None:
+        return None, 0, None
+    if not isinstance(position, dict) or "saved" in position or set(position) != {
+            "pass", "batches", "seeds"}:
+        raise ValueError(
+            "the state's position is not one of a shuffled tf.data pipeline positioned by "
+            "replay ({'pass', 'batches', 'seeds'}), which this loader's pipeline is: got "
+            f"{position!r:.120} (a state of another pipeline, or of jaxload 0.2 and earlier, "
+            "which saved this pipeline's iterator with its buffer: restart the pass)")
+    for key in ("pass", "batches"):
+        if not is_nonnegative_int(position[key]):
+            raise ValueError(f"the state's position[{key!r}] must be an int >= 0, got "
+                             f"{position[key]!r}")
+    seeds = position["seeds"]
+    if not (isinstance(seeds, list) and len(seeds) == 2 and all(
+            is_nonnegative_int(seed) for seed in seeds)):
+        raise ValueError(f"the state's position['seeds'] must be a list of two ints >= 0, got "
+                         f"{seeds!r}")
+    return position["pass"], position["batches"], (seeds[0], seeds[1])

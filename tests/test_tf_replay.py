@@ -1,0 +1,225 @@
+"""A shuffled tf.data pipeline is positioned by replay (jaxload/_src/pipelines/tf_replay.py):
+nothing is saved while a pass runs, the state is a few counts, a resume continues with the same
+rows in the same order, and each pass has the order of the user's own pipeline's n-th
+iteration. In one process over simulated topologies, then in real processes, where the parent
+reads every step's shards."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import jaxload
+from jaxload._src.pipelines import tf_replay
+from jaxload._src.pipelines.tfdata import TfDataset
+from placement import record
+
+tf = pytest.importorskip("tensorflow")
+N = 200
+
+
+def tutorial(n: int = N, seed: int | None = 1, buffer: int = 64):
+    """The tutorials' shape: arrays in memory, shuffled, then augmented."""
+    images = np.arange(n * 12, dtype=np.float32).reshape(n, 2, 2, 3)
+
+    def augment(e):
+        return {"id": e["id"], "image": tf.image.flip_left_right(e["image"]) * 2.0}
+
+    ds = tf.data.Dataset.from_tensor_slices({"id": np.arange(n), "image": images})
+    return ds.shuffle(buffer, seed=seed).map(augment, num_parallel_calls=2)
+
+
+def plan(processes: int, index: int, global_batch_size: int = 16):
+    devices = jaxload.simulated_devices(processes, 8 // processes)
+    return jaxload.data_parallel(devices=devices).plan(global_batch_size=global_batch_size,
+                                                       process_index=index)
+
+
+def share(ds, p, global_batch_size=16, **kwargs):
+    options = dict(shard="auto", batched=False, remainder="drop") | kwargs
+    return TfDataset(ds, p, global_batch_size=global_batch_size, **options)
+
+
+def ids(batches):
+    return [b["id"].tolist() for b, _ in batches]
+
+
+def iterations(ds, passes: int) -> list[list[int]]:
+    """The element ids of the user's own pipeline's first ``passes`` iterations."""
+    return [[int(e["id"]) for e in ds] for _ in range(passes)]
+
+
+@pytest.mark.parametrize("processes", [1, 4])
+def test_a_pass_saves_nothing_and_a_resume_continues_exactly(processes):
+    ds = tutorial()
+    own = iterations(tutorial(), 3)
+    p = plan(processes, processes - 1)
+    group = share(ds, p)
+    assert group._replay is not None
+    passes = [list(group.batches(None)) for _ in range(3)]  # a loader kept over 3 passes
+    for number, batches in enumerate(passes):
+        # the group's elements of each step (k, k + K, ...) of the user's n-th iteration
+        rows = [own[number][s * 16:(s + 1) * 16][p.shard_index::p.shard_count]
+                for s in range(N // 16)]
+        assert ids(batches) == rows
+        seeds = [87654321, 1]
+        assert [position for _, position in batches] == [
+            {"pass": number, "batches": n, "seeds": seeds} for n in range(1, N // 16 + 1)]
+    for number, stop in [(0, 1), (2, 6), (2, N // 16 - 1), (1, N // 16)]:
+        position = json.loads(json.dumps(passes[number][stop - 1][1]))
+        again = share(tutorial(), p)  # another process's pipeline: a fresh dataset
+        assert ids(again.batches(position)) == ids(passes[number])[stop:], (number, stop)
+        assert again.batches(position).length == N // 16 - stop
+
+
+def test_a_loader_built_per_epoch_reshuffles_as_a_kept_one():
+    ds = tutorial()
+    own = iterations(tutorial(), 3)
+    for number in range(3):
+        group = share(ds, plan(1, 0))
+        assert sum(ids(group.batches(None)), []) == own[number][:N // 16 * 16]
+
+
+def test_an_unseeded_shuffle_records_its_seeds_and_resumes_exactly():
+    group = share(tutorial(seed=None), plan(1, 0))
+    batches = list(group.batches(None))
+    seeds = batches[0][1]["seeds"]
+    assert seeds != [0, 0] and all(p["seeds"] == seeds for _, p in batches)
+    fresh = share(tutorial(seed=None), plan(1, 0))  # draws other seeds of its own
+    assert ids(fresh.batches(batches[4][1])) == ids(batches)[5:]
+
+
+@pytest.mark.parametrize("variant", ["padded", "batched", "unsplit", "skip-repeat"])
+def test_other_shapes_of_the_split_continue_exactly(variant):
+    ds, p = tutorial(), plan(4, 2)
+    if variant == "padded":  # 18 rows a step over 8 batch shards: each group's block
+        group = share(ds, plan(4, 2, 24), global_batch_size=18, remainder="pad")
+    elif variant == "batched":
+        group = share(tutorial().batch(4, drop_remainder=True).prefetch(1), p, batched=True)
+        assert group._replay is None  # a batch over the shuffle: saved with its buffer
+        return
+    elif variant == "unsplit":
+        group = share(ds, p, shard=False)
+    else:  # ops under the shuffle that keep their order
+        group = share(tf.data.Dataset.range(40).repeat(5).skip(3).shuffle(32, seed=4).map(
+            lambda x: {"id": x}), p)
+    assert group._replay is not None
+    whole = list(group.batches(None))
+    for stop in (1, len(whole) // 2, len(whole) - 1):
+        assert ids(group.batches(whole[stop - 1][1])) == ids(whole)[stop:], stop
+
+
+NOT_REPLAYED = {
+    "filter-over": lambda: tutorial().filter(lambda e: e["id"] >= 0),
+    "two-shuffles": lambda: tf.data.Dataset.range(N).shuffle(8, seed=1).map(
+        lambda x: {"id": x}).shuffle(8, seed=2),
+    "unordered-map": lambda: tf.data.Dataset.range(N).shuffle(8, seed=1).map(
+        lambda x: {"id": x}, num_parallel_calls=2, deterministic=False),
+    "random-filter-under": lambda: tf.data.Dataset.range(N).filter(
+        lambda x: tf.random.uniform([], seed=3) < 0.9).shuffle(8, seed=1).map(
+            lambda x: {"id": x}),
+    "random-values-under": None,  # replayed: a random value in a map changes values only
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_REPLAYED))
+def test_pipelines_whose_order_can_change_between_passes_are_not_replayed(name):
+    if NOT_REPLAYED[name] is None:
+        ds = tf.data.Dataset.range(N).map(lambda x: {"id": x, "noise": tf.random.uniform(
+            [], seed=3)}).shuffle(8, seed=1)
+        assert share(ds, plan(1, 0))._replay is not None
+        return
+    group = share(NOT_REPLAYED[name](), plan(1, 0))
+    assert group._replay is None
+    _, position = next(iter(group.batches(None)))
+    assert "saved" in position or isinstance(position, int)
+
+
+BAD = [
+    ({"pass": -3, "batches": 2, "seeds": [87654321, 1]},
+     r"position\['pass'\] must be an int >= 0, got -3"),
+    ({"pass": 0, "batches": "2", "seeds": [87654321, 1]},
+     r"position\['batches'\] must be an int >= 0, got '2'"),
+    ({"pass": 0, "batches": 2, "seeds": [1]}, r"position\['seeds'\] must be a list of two ints"),
+    ({"pass": 0, "batches": 2}, "not one of a shuffled tf.data pipeline positioned by replay"),
+    ({"batches": 2, "saved": {"batches": 1, "state": ""}}, "jaxload 0.2 and earlier"),
+    (7, "not one of a shuffled tf.data pipeline"),
+    ({"pass": 0, "batches": 2, "seeds": [87654321, 2]}, r"shuffle seeds \[87654321, 2\], this "
+                                                        r"pipeline's shuffle has \[87654321, 1\]"),
+]
+
+
+@pytest.mark.parametrize("position,message", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_a_malformed_position_is_refused_naming_the_field(position, message):
+    group = share(tutorial(), plan(1, 0))
+    with pytest.raises(ValueError, match=message):
+        list(group.batches(position))
+
+
+def test_the_replay_rebuilds_the_users_ops_without_reading_its_graph_again():
+    ds = tutorial().prefetch(2)
+    replay = tf_replay.Replay.of(ds)
+    assert replay is not None and len(replay.above) == 2
+    number, shuffled = replay.passes.start(None, None)
+    first = [int(e["id"]) for e in replay.dataset(shuffled, 0)]
+    _, shuffled = replay.passes.start(None, None)
+    second = [int(e["id"]) for e in replay.dataset(shuffled, 0)]
+    assert [first, second] == iterations(tutorial(), 2)
+
+
+# --- in real processes ---------------------------------------------------------------------
+
+def run_and_resume(stop_fraction: float, epochs_before: int) -> dict:
+    """Worker: ``epochs_before`` whole passes, then the next one whole with a state taken at
+    ``stop_fraction`` of it, then a fresh loader over a fresh dataset resumed from it."""
+    import jax
+
+    layout = jaxload.data_parallel()
+
+    def loader(ds):
+        return jaxload.from_tf_data(ds, layout, global_batch_size=16)
+
+    kept = loader(tutorial(N))
+    for _ in range(epochs_before):
+        for _ in kept:
+            pass
+    steps, stop, state = [], int(stop_fraction * (N // 16)), None
+    for step, batch in enumerate(kept):
+        steps.append(record(batch))
+        if step + 1 == stop:
+            state = kept.get_state()
+    resumed = loader(tutorial(N))
+    resumed.set_state(json.loads(json.dumps(state)))
+    after = [record(batch) for batch in resumed]
+    return dict(process_index=jax.process_index(), state=state, steps=steps, after=after,
+                bytes=len(json.dumps(state)))
+
+
+def rows(results: list[dict], key: str, step: int) -> list[int]:
+    found = {}
+    for r in results:
+        for _, _, start, stop, data in r[key][step]["['id']"]["shards"]:
+            found.update(zip(range(start, stop), data.tolist(), strict=True))
+    return [found[row] for row in sorted(found)]
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("shape", [(2, 4), (4, 2)])
+def test_a_resume_at_ninety_percent_gives_the_same_rows_in_real_processes(clusters, shape):
+    processes, devices = shape
+    results = clusters.run(run_and_resume, num_processes=processes, local_devices=devices,
+                           args=(0.9, 1), timeout_s=240)
+    steps, local = N // 16, 16 // processes
+    own = iterations(tutorial(), 2)[1]  # the second pass of the user's own pipeline
+    # step s holds elements [16 s, 16 (s + 1)) of it: group k's j-th row is element k + K j
+    assert [rows(results, "steps", s) for s in range(steps)] == [
+        [own[s * 16 + (row % local) * processes + row // local] for row in range(16)]
+        for s in range(steps)]
+    stop = int(0.9 * steps)
+    assert [rows(results, "after", s) for s in range(steps - stop)] == [
+        rows(results, "steps", s) for s in range(stop, steps)]
+    for r in results:
+        assert r["state"]["position"] == {"pass": 1, "batches": stop, "seeds": [87654321, 1]}
+        assert r["bytes"] < 1000
