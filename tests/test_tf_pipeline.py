@@ -16,7 +16,7 @@ import pytest
 from test_tf_files import write_files
 
 import jaxload
-from jaxload._src.pipelines import tf_files, tf_iterator, tfdata
+from jaxload._src.pipelines import tf_files, tf_iterator
 from jaxload._src.pipelines.tf_graph import DatasetGraph
 from jaxload._src.pipelines.tfdata import TfDataset
 
@@ -235,7 +235,7 @@ def test_a_restored_iterator_continues_exactly(tmp_path, name, groups):
 
 
 def test_a_pipeline_tf_data_cannot_save_falls_back_to_skipping_with_a_warning(monkeypatch):
-    monkeypatch.setattr(tfdata, "_NOT_SAVED", set())  # told once per process
+    monkeypatch.setattr(tf_iterator, "_NOT_SAVED", set())  # told once per process
     ds = tf.data.Dataset.range(64).map(
         lambda x: tf.ensure_shape(tf.py_function(lambda a: a, [x], tf.int64), []))
     with pytest.warns(UserWarning, match=r"EagerPyFunc is stateful.*re-reads every batch.*"

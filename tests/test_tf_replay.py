@@ -223,3 +223,52 @@ def test_a_resume_at_ninety_percent_gives_the_same_rows_in_real_processes(cluste
     for r in results:
         assert r["state"]["position"] == {"pass": 1, "batches": stop, "seeds": [87654321, 1]}
         assert r["bytes"] < 1000
+
+
+MALFORMED = {  # what is changed in a state, and the words of the refusal
+    "step -3": (lambda s: s.update(step=-3), "the state's step must be an int >= 0, got -3"),
+    "step str": (lambda s: s.update(step="2"), "the state's step must be an int >= 0, got '2'"),
+    "position past the end": (lambda s: s["position"].update(batches=100),
+                              "position has 100 batches handed out, but its step is 2"),
+    "step past the end": (lambda s: s.update(step=100, rows=800, position={
+        **s["position"], "batches": 100}), r"rows \(800\) lie past the end of the pipeline"),
+    "no position": (lambda s: s.pop("position"), "the state has no position"),
+    "plan not a mapping": (lambda s: s.update(plan="data"),
+                           "the state's plan must be a mapping"),
+    "plan without shard_count": (lambda s: s["plan"].pop("shard_count"),
+                                 "the state's plan has no 'shard_count'"),
+    "shard_index too large": (lambda s: s["plan"].update(shard_index=1),
+                              r"plan\['shard_index'\] must be below its shard_count"),
+    "rows -1": (lambda s: s.update(rows=-1), "the state's rows must be an int >= 0, got -1"),
+    "rows that disagree": (lambda s: s.update(rows=999), r"the state's rows \(999\) must be "
+                                                         "origin \\+ step x rows_per_step"),
+    "origin str": (lambda s: s.update(origin="a"), "the state's origin must be an int >= 0"),
+    "length str": (lambda s: s.update(length="a"), "the state's length must be an int >= 0"),
+    "pass -1": (lambda s: s["position"].update({"pass": -1}),
+                r"position\['pass'\] must be an int >= 0"),
+    "seeds of another shuffle": (lambda s: s["position"].update(seeds=[1, 2]),
+                                 r"the state's position has the shuffle seeds \[1, 2\]"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_a_malformed_state_is_refused_by_set_state_naming_the_field(name):
+    change, message = MALFORMED[name]
+    ds = tf.data.Dataset.range(64).shuffle(64, seed=1).map(lambda x: {"id": x})
+    layout = jaxload.data_parallel(devices=jax_devices())
+    loader = jaxload.from_tf_data(ds, layout, global_batch_size=8)
+    batches = iter(loader)
+    next(batches), next(batches)
+    state = json.loads(json.dumps(loader.get_state()))
+    loader.close()
+    change(state)
+    fresh = jaxload.from_tf_data(ds, layout, global_batch_size=8)
+    with pytest.raises(ValueError, match=message):
+        fresh.set_state(state)
+    fresh.close()
+
+
+def jax_devices():
+    import jax
+
+    return jax.devices()

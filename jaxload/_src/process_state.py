@@ -27,7 +27,7 @@ _WHY = {"jaxload-exit": " (a failure with on_failure='exit' ends this process so
 
 # module-level memories of what was told once per process (a warning)
 _TOLD_ONCE = (("jaxload._src.pipelines.tf_files", "_WARNED"),
-              ("jaxload._src.pipelines.tfdata", "_NOT_SAVED"),
+              ("jaxload._src.pipelines.tf_iterator", "_NOT_SAVED"),
               ("jaxload._src.pipelines.tf_iterator", "_REFUSED"))
 
 

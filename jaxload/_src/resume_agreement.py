@@ -34,6 +34,9 @@ def agreed_resume_point(state: Any, mine: states.State, pipeline: Pipeline, load
     try:
         resume, refusal = states.resume_point(state, mine, pipeline.not_resumable,
                                               pipeline.elastic), None
+        check = getattr(pipeline, "check_position", None)  # where a backend checks its own
+        if check is not None:
+            check(resume)
     except ValueError as e:  # raised on every process (a state can fit on some only)
         resume, refusal = states.START, e
     agree(refusal, whereabouts.CREATED.new(f"loader/{loader}/set_state",

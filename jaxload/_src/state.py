@@ -50,6 +50,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from jaxload._src.state_fields import check_fields
 from jaxload._src.trees import HostBatch
 from jaxload._src.validate import is_nonnegative_int
 
@@ -231,6 +232,7 @@ def _repositioned(state: State, changed: list[tuple[str, Any, Any]],
 def check_format(state: Any) -> None:
     if not isinstance(state, dict) or state.get("format") not in (FORMAT, *_OLD_FORMATS):
         raise ValueError(f"not a jaxload loader state (format {FORMAT!r}): {state!r:.200}")
+    check_fields(state)
 
 
 def check_unchanged(state: State, mine: State, keys: tuple[str, ...]) -> None:

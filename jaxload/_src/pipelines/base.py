@@ -32,6 +32,10 @@ class Pipeline(Protocol):
       elastic: how the pipeline starts at a global row (a state from another topology), its
         length in elements where known, or why it cannot (:class:`jaxload._src.state.Elastic`).
       not_resumable: why ``set_state`` cannot work at all with this source, or None.
+
+    A pipeline may also have ``check_position(resume)``, called by ``set_state`` on the point a
+    state resumes at (``step``, ``origin``, backend ``position``): a ValueError naming what is
+    wrong with the position, before any batch is read.
     """
 
     backend: str

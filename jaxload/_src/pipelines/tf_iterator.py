@@ -43,9 +43,12 @@ from typing import Any
 import numpy as np
 
 from jaxload._src import compat
+from jaxload._src.pipelines.tf_graph import DatasetGraph
 from jaxload._src.trees import HostBatch
+from jaxload._src.validate import is_nonnegative_int
 
 _REFUSED: set[str] = set()  # a refused save is told once per process
+_NOT_SAVED: set[str] = set()  # an unsaveable pipeline is told once per process
 _RATIO = 100  # time between saves / a save's cost: saving takes at most 1% of the reading thread
 # saves after the first batches, and the costs the spacing takes the median of: a pipeline's
 # first save (its first trace) or one the machine delayed may cost 100 times a usual one
@@ -160,3 +163,47 @@ def batches_of(position: Any) -> int:
     if isinstance(position, dict):
         return int(position["batches"])
     return int(position or 0)
+
+
+def checked_batches(position: Any) -> int:
+    """The batches handed out at a position of a pipeline positioned by iterator checkpoints
+    or counts (None, ``n``, or ``{"batches": n, "saved": None or {"batches": m <= n, "state":
+    base64}}``); a ValueError naming what is wrong where it is not one.
+
+    Example:
+      >>> checked_batches({"batches": 3, "saved": {"batches": 2, "state": ""}})
+      3
+      >>> checked_batches({"batches": 3, "saved": {"batches": 5, "state": ""}})
+      Traceback (most recent call last):
+      ...
+      ValueError: the state's tf.data position must be {'batches': n, 'saved': None or ...
+    """
+    if position is None or is_nonnegative_int(position):  # a count of batches
+        return int(position or 0)
+    if not isinstance(position, dict) or set(position) != {"batches", "saved"}:
+        raise ValueError("the state's tf.data position is not one this pipeline's iterator "
+                         "takes (a count of batches, or an iterator checkpoint): "
+                         f"{position!r:.160} (a state of another pipeline?)")
+    consumed, saved = position["batches"], position["saved"]
+    if not is_nonnegative_int(consumed) or not (saved is None or isinstance(saved, dict) and (
+            is_nonnegative_int(saved.get("batches")) and isinstance(saved.get("state"), str)
+            and saved["batches"] <= consumed)):
+        raise ValueError("the state's tf.data position must be {'batches': n, 'saved': None or "
+                         f"{{'batches': m <= n, 'state': str}}}}, got {position!r:.160}")
+    return consumed
+
+
+def saveable(graph: DatasetGraph) -> bool | None:
+    """None if tf.data cannot save the pipeline's iterator (told once, naming the op);
+    otherwise whether the save ignores state outside the pipeline."""
+    if graph.external_state is None:
+        return graph.ignores_external_state
+    message = (f"tf.data cannot save this pipeline's iterator ({graph.external_state}), so a "
+               "resume re-reads every batch before its position. If that op's state does not "
+               "decide which elements come next (a counter, a log), set "
+               "options.experimental_external_state_policy = "
+               "tf.data.experimental.ExternalStatePolicy.IGNORE on the dataset")
+    if message not in _NOT_SAVED:
+        _NOT_SAVED.add(message)
+        warnings.warn(message, UserWarning, stacklevel=5)
+    return None

@@ -78,17 +78,21 @@ class Passes:
         self._shuffled: Any = None
         self._started = 0
 
+    def check(self, seeds: tuple[int, int] | None) -> None:
+        """A ValueError where a position's ``seeds`` cannot be this shuffle's."""
+        if seeds is not None and seeds != self.seeds and not self.drawn:
+            raise ValueError(
+                f"the state's position has the shuffle seeds {list(seeds)}, this pipeline's "
+                f"shuffle has {list(self.seeds)}: a state continues only the pipeline it was "
+                "taken with")
+
     def start(self, number: int | None, seeds: tuple[int, int] | None) -> tuple[int, Any]:
         """The rebuilt shuffle positioned for pass ``number`` (None: the next one) with
         ``seeds`` (None: its own), counted as started: the caller makes one iterator of a
         pipeline over it. Raises a ValueError where ``seeds`` are not the shuffle's own."""
         with self._lock:
-            if seeds is not None and seeds != self.seeds:
-                if not self.drawn:
-                    raise ValueError(
-                        f"the state's position has the shuffle seeds {list(seeds)}, this "
-                        f"pipeline's shuffle has {list(self.seeds)}: a state continues only the "
-                        "pipeline it was taken with")
+            self.check(seeds)
+            if seeds is not None and seeds != self.seeds:  # drawn by the process that saved
                 self.seeds, self._shuffled = seeds, None
             if number is None:
                 number = self._started
@@ -137,9 +141,14 @@ class Replay:
                 passes = _PASSES[node] = Passes(shuffle)
         return cls(tuple(reversed(above)), passes)
 
-    def dataset(self, shuffled: Any, skip: int) -> Any:
-        """The pipeline over ``shuffled`` (from :meth:`Passes.start`), from element ``skip``."""
+    def dataset(self, shuffled: Any, skip: int,
+                split: Callable[[Any], Any] | None = None) -> Any:
+        """The pipeline over ``shuffled`` (from :meth:`Passes.start`), from element ``skip``;
+        ``split``: a loading group's share of the elements (``shard(K, k)``), taken right
+        after the shuffle, so that the ops over it run for that share only (they give one
+        element per element, in order: the same elements as a split over the whole)."""
         ds = shuffled.skip(skip) if skip else shuffled
+        ds = split(ds) if split is not None else ds
         for again in self.above:
             ds = again(ds)
         return ds

@@ -5,7 +5,6 @@ iterator checkpoints (:mod:`~jaxload._src.pipelines.tf_iterator`)."""
 from __future__ import annotations
 
 import itertools
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +19,13 @@ from jaxload._src.pipelines.tf_files import (
     with_own_caches,
 )
 from jaxload._src.pipelines.tf_graph import PARALLEL_INTERLEAVES, DatasetGraph
-from jaxload._src.pipelines.tf_iterator import batches_of, checkpointed, counted
+from jaxload._src.pipelines.tf_iterator import (
+    batches_of,
+    checked_batches,
+    checkpointed,
+    counted,
+    saveable,
+)
 from jaxload._src.pipelines.tf_order import (
     order_varying,
     structure,
@@ -36,8 +41,6 @@ from jaxload._src.protocol import INFINITE
 from jaxload._src.remainder import DROP, rows_read
 from jaxload._src.state import Elastic, why_not_sliceable
 from jaxload._src.trees import HostBatch
-
-_NOT_SAVED: set[str] = set()  # an unsaveable pipeline is told once per process
 
 
 class TfDataset:
@@ -71,7 +74,7 @@ class TfDataset:
                             structure(graph))
         self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
             f"tf.data/{self.sharding.mode}")
-        self._save = _saveable(graph)
+        self._save = saveable(graph)
         self._replay = self._replayed_share(ds, graph)
         self.batches = self.from_row(0)
         length = int(ds.cardinality())
@@ -83,6 +86,20 @@ class TfDataset:
         self.elastic = Elastic(from_row=None if why_not else self.from_row, why_not=why_not,
                                length=length if length >= 0 else None,
                                rows_per_step=global_batch_size)
+
+    def check_position(self, resume: dict[str, Any]) -> None:
+        """A ValueError naming what is wrong with the backend position a state resumes at
+        (``step``, ``origin``, ``position``): another kind, malformed, or not at its step."""
+        if self._replay is not None:
+            _, consumed, seeds = position_of(resume["position"])
+            self._replay.passes.check(seeds)
+        else:
+            consumed = checked_batches(resume["position"])
+        expected = resume["step"] - resume.get("origin_step", 0)
+        if consumed != expected:
+            raise ValueError(f"the state's position has {consumed} batches handed out, but its "
+                             f"step is {resume['step']}: each step hands out one batch "
+                             f"({expected} expected)")
 
     def spec(self) -> LocalSpec:
         """A per-process batch from the element spec: nothing is read."""
@@ -151,24 +168,27 @@ class TfDataset:
         else:  # each step: one element (batched) or local_batch_size of each loading group
             per_batch = plan.shard_count * (1 if self._batched else plan.local_batch_size)
         whole: list[int | None] = []  # the pass's length in batches, once known
+        below = elements and plan.global_batch_size == self._global  # split under the maps
 
-        def pipeline(ds: Any) -> Any:
-            group = self._split(ds) if elements else ds
+        def pipeline(ds: Any, split: bool) -> Any:
+            group = self._split(ds) if split else ds
             return self._batched_group(group, 0).prefetch(tf.data.AUTOTUNE)
 
         def read(number: int | None, consumed: int, seeds: tuple[int, int] | None
                  ) -> Iterator[tuple[HostBatch, Any]]:
             number, shuffled = replay.passes.start(number, seeds)
-            ds = replay.dataset(shuffled, start + consumed * per_batch)
+            ds = replay.dataset(shuffled, start + consumed * per_batch,
+                                split=self._split if below else None)
             drawn = [*replay.passes.seeds]
-            yield from counted(pipeline(ds), ({"pass": number, "batches": n, "seeds": drawn}
-                                              for n in itertools.count(consumed + 1)))
+            yield from counted(pipeline(ds, elements and not below), (
+                {"pass": number, "batches": n, "seeds": drawn}
+                for n in itertools.count(consumed + 1)))
 
         def batches(position: Any) -> Batches:
             number, consumed, seeds = position_of(position)
             if not whole:
-                whole.append(_length(pipeline(self._ds.skip(start) if start else self._ds)
-                                     if elements else pipeline(self._share)))
+                whole.append(_length(pipeline(self._ds.skip(start) if start else self._ds, True)
+                                     if elements else pipeline(self._share, False)))
             length = whole[0]
             remaining = max(length - consumed, 0) if length not in (None, INFINITE) else length
             return Batches(read(number, consumed, seeds), length=remaining,
@@ -242,22 +262,6 @@ def check_same_order(graph: DatasetGraph, sharding: Sharding, plan: Plan) -> Non
         raise ValueError(
             f"processes {list(group)} form one loading group and must read identical rows, but "
             f"this pipeline can give each of them other rows: {'; '.join(varying)}")
-
-
-def _saveable(graph: DatasetGraph) -> bool | None:
-    """None if tf.data cannot save the pipeline's iterator (told once, naming the op);
-    otherwise whether the save ignores state outside the pipeline."""
-    if graph.external_state is None:
-        return graph.ignores_external_state
-    message = (f"tf.data cannot save this pipeline's iterator ({graph.external_state}), so a "
-               "resume re-reads every batch before its position. If that op's state does not "
-               "decide which elements come next (a counter, a log), set "
-               "options.experimental_external_state_policy = "
-               "tf.data.experimental.ExternalStatePolicy.IGNORE on the dataset")
-    if message not in _NOT_SAVED:
-        _NOT_SAVED.add(message)
-        warnings.warn(message, UserWarning, stacklevel=5)
-    return None
 
 
 def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
