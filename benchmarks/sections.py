@@ -66,3 +66,19 @@ def timed_loop(make: Callable[[], Iterable[Any]]) -> dict[str, float]:
         batches.close()  # type: ignore[attr-defined]
     return {"steps": steps, "wall": ended - started, "first": first - started,
             "after first": ended - first, "cpu": cpu_ended - cpu}
+
+
+def first_batches_after(make: Callable[[], Any], states: dict[Any, Any], rounds: int
+                        ) -> dict[Any, list[float]]:
+    """Per key of ``states``, ``rounds`` times: the seconds from a fresh loader's (``make()``)
+    first ``next()`` after ``set_state(state, head_start=False)`` to its batch."""
+    out: dict[Any, list[float]] = {}
+    for key, state in states.items():
+        for _ in range(rounds):
+            loader = make()
+            loader.set_state(state, head_start=False)
+            started = time.perf_counter()
+            next(iter(loader))["image"].block_until_ready()
+            out.setdefault(key, []).append(time.perf_counter() - started)
+            loader.close()
+    return out

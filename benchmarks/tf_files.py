@@ -45,7 +45,7 @@ import time
 import warnings
 from pathlib import Path
 
-from sections import ended, publish, timed_loop
+from sections import ended, first_batches_after, publish, timed_loop
 
 import jaxload
 import jaxload.testing
@@ -202,14 +202,7 @@ def _first_batches(make, rounds: int) -> dict:
             if step == round(p * STEPS):
                 states[p] = taken.get_state()
     batches.close()
-    for p, state in states.items():
-        for _ in range(rounds):
-            loader = make()
-            loader.set_state(state, head_start=False)
-            started = time.perf_counter()
-            next(iter(loader))["image"].block_until_ready()
-            out.setdefault(p, []).append(time.perf_counter() - started)
-            loader.close()
+    out.update(first_batches_after(make, states, rounds))
     out["bytes"] = len(json.dumps(states[0.5]))
     # the batches a resume reads again: those after the state's last iterator save
     out["reread"] = max((s["position"]["batches"] - s["position"]["saved"]["batches"]

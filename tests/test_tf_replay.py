@@ -272,3 +272,60 @@ def jax_devices():
     import jax
 
     return jax.devices()
+
+
+def light_cases():
+    rows = {"id": np.arange(N), "image": np.ones((N, 8, 8, 3), np.float32)}  # 150 KB
+    source = tf.data.Dataset.from_tensor_slices(rows)
+    options = tf.data.Options()
+    options.deterministic = False
+    return {
+        "tutorial": tutorial(),
+        "no shuffle": source.map(lambda e: e, num_parallel_calls=2),
+        "unseeded": source.shuffle(16),
+        "map under the shuffle": source.map(lambda e: {**e, "noise": tf.random.uniform([])})
+        .shuffle(8, seed=2).prefetch(2),
+        "options under a map": source.with_options(options).map(
+            lambda e: e, num_parallel_calls=2),
+        "repeat (read whole)": source.repeat(2).shuffle(8, seed=1),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(light_cases()))
+def test_the_graph_is_read_without_the_rows_and_says_what_the_whole_one_says(name):
+    from jaxload._src.pipelines import tf_order
+    from jaxload._src.pipelines.tf_graph import DatasetGraph
+
+    ds = light_cases()[name]
+    light, whole = tf_replay.read_graph(ds), DatasetGraph.of(ds)
+    for read in (lambda g: sorted(g.ops()), tf_order.structure, tf_order.order_varying,
+                 tf_order.value_varying, tf_order.unseen_order,
+                 lambda g: (g.symbolic(), g.stateful, g.external_state, g.deterministic,
+                            g.ignores_external_state, g.symbolic_option)):
+        assert read(light) == read(whole), name
+    rows = light.graph.ByteSize() < 20_000
+    assert rows is (name != "repeat (read whole)"), light.graph.ByteSize()
+
+
+def test_a_build_over_large_arrays_serializes_no_row():
+    from jaxload._src import compat
+
+    images = np.zeros((2048, 64, 64, 3), np.float32)  # 100 MB
+    ds = tf.data.Dataset.from_tensor_slices({"id": np.arange(2048), "image": images}).shuffle(
+        256, seed=1).map(lambda e: e)
+    sizes = []
+    original = compat.tf_graph
+
+    def counted(*args, **kwargs):
+        graph = original(*args, **kwargs)
+        sizes.append(graph.ByteSize())
+        return graph
+
+    compat.tf_graph = counted
+    try:
+        group = share(ds, plan(2, 0))
+        for _ in range(2):
+            assert sum(1 for _ in group.batches(None)) == 2048 // 16
+    finally:
+        compat.tf_graph = original
+    assert len(sizes) == 1 and sizes[0] < 20_000, sizes  # once per build, none per pass

@@ -37,11 +37,13 @@ PRIVATE = (
     ("tf_auto_shard", "tensorflow.python.data.experimental.ops.distribute._AutoShardDataset"),
     ("tf_from_graph", "tensorflow.python.ops.gen_experimental_dataset_ops.dataset_from_graph, "
                       "tensorflow.python.data.ops.dataset_ops._VariantDataset"),
-    ("tf_replay", "shuffle_op._ShuffleDataset._input_dataset, _buffer_size, _seed, _seed2, "
+    ("tf_replay", "data.util.structure.get_flat_tensor_types, get_flat_tensor_shapes; "
+                  "shuffle_op._ShuffleDataset._input_dataset, _buffer_size, _seed, _seed2, "
                   "_reshuffle_each_iteration; map_op._MapDataset, _ParallelMapDataset._map_func."
                   "function, _num_parallel_calls, _deterministic, _use_inter_op_parallelism, "
                   "_preserve_cardinality; prefetch_op._PrefetchDataset._buffer_size; "
                   "gen_dataset_ops.shuffle_dataset_v3, map_dataset, parallel_map_dataset_v2"),
+    ("tf_is_tensor_slices", "from_tensor_slices_op._TensorSliceDataset (its class name)"),
     ("tf_iterator_state", "tf.data.Iterator._iterator_resource, "
                           "tensorflow.python.ops.gen_dataset_ops.serialize_iterator, "
                           "deserialize_iterator"),
@@ -219,13 +221,22 @@ def tf_shuffled(ds: Any, buffer_size: int, seeds: tuple[int, int], reshuffle: bo
     shuffle_dataset_v3`` as a ``dataset_ops._VariantDataset``. Its ``n``-th iterator has the
     order of the ``n``-th iterator of ``Dataset.shuffle`` with those seeds."""
     from tensorflow.python.data.ops import dataset_ops
+    from tensorflow.python.data.util import structure
     from tensorflow.python.ops import gen_dataset_ops
 
+    spec = ds.element_spec  # a shuffle keeps it
     variant = gen_dataset_ops.shuffle_dataset_v3(
         ds._variant_tensor, buffer_size=buffer_size, seed=seeds[0], seed2=seeds[1],
         seed_generator=gen_dataset_ops.dummy_seed_generator(),
-        reshuffle_each_iteration=reshuffle, **ds._common_args)  # a shuffle keeps the spec
+        reshuffle_each_iteration=reshuffle, output_types=structure.get_flat_tensor_types(spec),
+        output_shapes=structure.get_flat_tensor_shapes(spec))
     return dataset_ops._VariantDataset(variant, ds.element_spec)
+
+
+def tf_is_tensor_slices(ds: Any) -> bool:
+    """Whether ``ds`` is a ``Dataset.from_tensor_slices`` (``from_tensor_slices_op.
+    _TensorSliceDataset``): its rows are constants of its graph."""
+    return type(ds).__name__ == "_TensorSliceDataset"
 
 
 def tf_one_to_one(ds: Any) -> tuple[Any, Callable[[Any], Any]] | None:

@@ -92,7 +92,9 @@ class DatasetGraph:
     stateful: str | None = None
 
     @classmethod
-    def of(cls, ds: Any) -> DatasetGraph:
+    def of(cls, ds: Any, options: Any = None) -> DatasetGraph:
+        """The graph of ``ds``; ``options``: the pipeline's options where ``ds`` is a copy of
+        it rebuilt from its dataset objects (which do not carry them), else ``ds.options()``."""
         import tensorflow as tf
 
         external = None
@@ -101,7 +103,7 @@ class DatasetGraph:
         except tf.errors.FailedPreconditionError as e:
             external = _reason(e)
             graph = compat.tf_graph(ds)
-        options = ds.options()
+        options = ds.options() if options is None else options
         ignores = (options.experimental_external_state_policy
                    == tf.data.experimental.ExternalStatePolicy.IGNORE)
         nodes = tuple(_nodes(graph))

@@ -33,7 +33,7 @@ from jaxload._src.pipelines.tf_order import (
     value_varying,
 )
 from jaxload._src.pipelines.tf_probe import Probe as _Probe
-from jaxload._src.pipelines.tf_replay import Replay, position_of
+from jaxload._src.pipelines.tf_replay import Replay, position_of, read_graph
 from jaxload._src.pipelines.tf_rewrite import sequential_interleaves
 from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
 from jaxload._src.plan import Plan
@@ -57,7 +57,7 @@ class TfDataset:
     def __init__(self, ds: Any, plan: Plan, *, global_batch_size: int, shard: bool | str,
                  batched: bool, remainder: str):
         check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
-        graph = DatasetGraph.of(ds)
+        graph = read_graph(ds)
         self._symbolic = graph.symbolic()
         if self._symbolic and graph.ops() & PARALLEL_INTERLEAVES:  # else nothing to rebuild
             ds = sequential_interleaves(ds)
