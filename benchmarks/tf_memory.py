@@ -33,6 +33,7 @@ import json
 import statistics
 import time
 import warnings
+from pathlib import Path
 
 from sections import arguments, ended, first_batches_after, publish
 
@@ -197,7 +198,7 @@ def main() -> None:
                       timeout_s=1200)
         table += rows(topology, jaxload.testing.run(passes, **kwargs))
         resumes.append(state_rows(topology, jaxload.testing.run(states, **kwargs)))
-    publish(args.out, SECTION, [
+    publish(Path(args.out), SECTION, [
         SECTION, "", "## tf.data in memory, as the tutorials write it", "",
         f"{N} images of {SIDE}x{SIDE}x3 float32 (48 MB) and a label, from_tensor_slices, "
         f"optionally shuffle({BUFFER}, seed=1) and a random-augmenting map (AUTOTUNE), global "

@@ -329,3 +329,22 @@ def test_a_build_over_large_arrays_serializes_no_row():
     finally:
         compat.tf_graph = original
     assert len(sizes) == 1 and sizes[0] < 20_000, sizes  # once per build, none per pass
+
+
+def test_a_state_taken_in_a_later_pass_continues_that_pass_under_another_plan():
+    # the global row of the state is a row of that pass's order, not of the first pass's
+    own = iterations(tutorial(), 2)[1]
+    layout = jaxload.data_parallel(devices=jax_devices())
+    first = jaxload.from_tf_data(tutorial(), layout, global_batch_size=16)
+    for _ in first:  # pass 0
+        pass
+    batches = iter(first)  # pass 1
+    for _ in range(4):
+        next(batches)
+    state = json.loads(json.dumps(first.get_state()))
+    first.close()
+    assert state["rows"] == 64 and state["position"]["pass"] == 1
+    bigger = jaxload.from_tf_data(tutorial(), layout, global_batch_size=32)  # another plan
+    bigger.set_state(state)
+    rest = [int(i) for batch in bigger for i in np.asarray(batch["id"])]
+    assert rest == own[64:64 + len(rest)] and len(rest) == (N - 64) // 32 * 32

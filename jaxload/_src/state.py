@@ -95,6 +95,9 @@ class Elastic:
         shuffles of one dataset. Computed on the first ``get_state``.
       refuses: ``refuses(state)`` says why a given state from another plan cannot be
         continued even so (e.g. a sampler whose order depends on the number of shards).
+      carried: ``carried(position)`` is what a pass from a global row keeps of the backend
+        position of a state from another plan (a reshuffling pipeline's pass and seeds, so
+        that the row is one of the same order), its start position; None: it starts at None.
 
     Example:
       >>> elastic = Elastic(why_not="with shard=False the split over loading groups is yours")
@@ -112,6 +115,7 @@ class Elastic:
     refuses: Callable[[State], str | None] | None = None
     fingerprint: Callable[[], str | None] | None = None
     rows_per_step: int | None = None
+    carried: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.from_row is None and not self.why_not:
@@ -226,7 +230,8 @@ def _repositioned(state: State, changed: list[tuple[str, Any, Any]],
     if "rows" not in state:
         raise ValueError(f"{other}, and the state ({state['format']}) has no global row position "
                          f"to continue from on another topology. {_SAME_PLAN}")
-    return {"step": 0, "origin": state["rows"], "position": None}
+    kept = elastic.carried(state["position"]) if elastic.carried is not None else None
+    return {"step": 0, "origin": state["rows"], "position": kept}
 
 
 def check_format(state: Any) -> None:

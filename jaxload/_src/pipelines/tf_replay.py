@@ -144,6 +144,18 @@ class Replay:
                 passes = _PASSES[node] = Passes(shuffle)
         return cls(tuple(reversed(above)), passes, ds)
 
+    def carried(self, position: Any) -> dict[str, Any] | None:
+        """The start of a pass from a global row under another plan, given the position of a
+        state taken under the old one: the same pass and seeds (the row is one of that pass's
+        order), no batches yet; None where the position is not a replayed one."""
+        try:
+            number, _, seeds = position_of(position)
+        except ValueError:
+            return None
+        if number is None or seeds is None:
+            return None
+        return {"pass": number, "batches": 0, "seeds": [*seeds]}
+
     def dataset(self, shuffled: Any, skip: int,
                 split: Callable[[Any], Any] | None = None) -> Any:
         """The pipeline over ``shuffled`` (from :meth:`Passes.start`), from element ``skip``;

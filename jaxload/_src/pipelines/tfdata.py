@@ -85,7 +85,8 @@ class TfDataset:
             why_not = _BY_FUNCTION
         self.elastic = Elastic(from_row=None if why_not else self.from_row, why_not=why_not,
                                length=length if length >= 0 else None,
-                               rows_per_step=global_batch_size)
+                               rows_per_step=global_batch_size,
+                               carried=None if self._replay is None else self._replay.carried)
 
     def check_position(self, resume: dict[str, Any]) -> None:
         """A ValueError naming what is wrong with the backend position a state resumes at
