@@ -348,3 +348,35 @@ def test_a_state_taken_in_a_later_pass_continues_that_pass_under_another_plan():
     bigger.set_state(state)
     rest = [int(i) for batch in bigger for i in np.asarray(batch["id"])]
     assert rest == own[64:64 + len(rest)] and len(rest) == (N - 64) // 32 * 32
+
+
+def parse_id(serialized):
+    return tf.io.parse_single_example(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})
+
+
+def test_split_by_files_each_group_replays_a_shuffle_of_its_own_files(tmp_path):
+    from test_tf_files import write_files
+
+    from jaxload._src.pipelines.tf_files import files_of_group
+
+    sizes = [37, 50, 13, 60, 20, 31, 44, 5]
+    pattern = write_files(tmp_path, sizes)
+
+    def records():  # the file records shuffled, parsed over the shuffle
+        return tf.data.Dataset.list_files(pattern, shuffle=False).interleave(
+            tf.data.TFRecordDataset, cycle_length=2).shuffle(32, seed=3).map(parse_id)
+
+    delivered = []
+    for k in range(4):
+        group = share(records(), plan(4, k))
+        assert group.sharding.mode == "files" and group._replay is not None
+        passes = [list(group.batches(None)) for _ in range(2)]
+        own = [e["id"] for e in files_of_group(records(), 4, k).as_numpy_iterator()]
+        assert sum(ids(passes[0]), []) == own[:len(sum(ids(passes[0]), []))]  # TF's own split
+        assert ids(passes[0]) != ids(passes[1])  # another order each pass
+        assert {i // 1000 for i in sum(ids(passes[1]), [])} <= {k, k + 4}  # its files only
+        for number, stop in [(0, 2), (1, len(passes[1]) - 1)]:
+            again = share(records(), plan(4, k))
+            assert ids(again.batches(passes[number][stop - 1][1])) == ids(passes[number])[stop:]
+        delivered += sum(ids(passes[0]), [])
+    assert len(delivered) == len(set(delivered))

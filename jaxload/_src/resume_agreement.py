@@ -35,8 +35,8 @@ def agreed_resume_point(state: Any, mine: states.State, pipeline: Pipeline, load
         resume, refusal = states.resume_point(state, mine, pipeline.not_resumable,
                                               pipeline.elastic), None
         check = getattr(pipeline, "check_position", None)  # where a backend checks its own
-        if check is not None:
-            check(resume)
+        if check is not None:  # under a schedule a step takes one or more pipeline batches
+            check(resume, batch_a_step="schedule" not in mine["plan"])
     except ValueError as e:  # raised on every process (a state can fit on some only)
         resume, refusal = states.START, e
     agree(refusal, whereabouts.CREATED.new(f"loader/{loader}/set_state",

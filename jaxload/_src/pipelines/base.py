@@ -33,9 +33,10 @@ class Pipeline(Protocol):
         length in elements where known, or why it cannot (:class:`jaxload._src.state.Elastic`).
       not_resumable: why ``set_state`` cannot work at all with this source, or None.
 
-    A pipeline may also have ``check_position(resume)``, called by ``set_state`` on the point a
-    state resumes at (``step``, ``origin``, backend ``position``): a ValueError naming what is
-    wrong with the position, before any batch is read.
+    A pipeline may also have ``check_position(resume, batch_a_step)``, called by ``set_state``
+    on the point a state resumes at (``step``, ``origin``, backend ``position``; whether each
+    step took one of its batches, not so under a batch-size schedule): a ValueError naming what
+    is wrong with the position, before any batch is read.
     """
 
     backend: str

@@ -161,6 +161,15 @@ def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, unsplittable: list[str]
     return None, share, Sharding(FILES, files=names.count, names=names, before=before)
 
 
+def files_of_group(ds: Any, count: int, index: int) -> Any:
+    """Loading group ``index`` of ``count``'s share of ``ds``, split by TensorFlow's FILE
+    rewrite (as :func:`split` splits a pipeline it found can be)."""
+    import tensorflow as tf
+
+    policy = tf.data.experimental.AutoShardPolicy.FILE
+    return unwrapped(compat.tf_auto_shard(ds, count, index, policy))
+
+
 def _cannot_find(error: Exception) -> str:
     """Why TensorFlow's FILE rewrite failed, naming the op it stopped at where it says."""
     found = re.search(r'op: "(\w+)"', str(getattr(error, "message", error)))

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxload._src import compat
+from jaxload._src.pipelines.tf_files import files_of_group
 from jaxload._src.pipelines.tf_graph import (
     RANDOM_VALUES,
     DatasetGraph,
@@ -56,7 +57,9 @@ from jaxload._src.pipelines.tf_graph import (
 from jaxload._src.validate import is_nonnegative_int
 
 _UNSEEDED = (0, 0)  # TensorFlow's op seeds of a shuffle without a seed
-_PASSES: weakref.WeakKeyDictionary[Any, Passes] = weakref.WeakKeyDictionary()
+# per user shuffle, per split of its input ((K, k) by files, None whole): its passes
+_PASSES: weakref.WeakKeyDictionary[Any, dict[tuple[int, int] | None, Passes]] = (
+    weakref.WeakKeyDictionary())
 _PASSES_LOCK = threading.Lock()
 # dataset ops of an input that can give another order on another pass (or process): a shuffle
 # below the one replayed, Dataset.random, and the ops that hand out elements as they are ready
@@ -68,7 +71,7 @@ class Passes:
     """The passes started over one user's shuffle: its rebuilt twin, and how many iterators
     were made of it (each draws the seeds of another pass where the shuffle reshuffles)."""
 
-    def __init__(self, args: tuple[Any, int, int, int, bool]):
+    def __init__(self, args: tuple[Any, ...]):
         self._input, self._size, seed, seed2, self.reshuffles = args
         self.seeds = (seed, seed2)
         self.drawn = self.seeds == _UNSEEDED  # the seeds are this process's own draw
@@ -123,10 +126,14 @@ class Replay:
     user: Any = dataclasses.field(default=None, repr=False)  # the user's pipeline
 
     @classmethod
-    def of(cls, ds: Any, graph: DatasetGraph | None = None) -> Replay | None:
+    def of(cls, ds: Any, graph: DatasetGraph | None = None,
+           split: tuple[int, int] | None = None) -> Replay | None:
         """The replay of ``ds``, or None where its shape is not the one above. ``graph``: its
         graph, where read already (it tells whether the shuffle's input keeps its order from
-        pass to pass, and whether a parallel op hands out elements as they are ready)."""
+        pass to pass, and whether a parallel op hands out elements as they are ready);
+        ``split``: ``(K, k)`` where the shuffle's input is split by files, as TensorFlow's FILE
+        rewrite splits the whole pipeline (the ops over the shuffle read no files): the
+        shuffle of loading group ``k`` shuffles the records of its own files."""
         above: list[Callable[[Any], Any]] = []
         node = ds
         while (shuffle := compat.tf_shuffle(node)) is None:
@@ -139,10 +146,13 @@ class Replay:
         if not keeps_its_order(graph):
             return None
         with _PASSES_LOCK:
-            passes = _PASSES.get(node)
-            if passes is None:
-                passes = _PASSES[node] = Passes(shuffle)
-        return cls(tuple(reversed(above)), passes, ds)
+            own = _PASSES.setdefault(node, {})
+            if split not in own:
+                source, *rest = shuffle
+                if split is not None:
+                    source = files_of_group(source, *split)
+                own[split] = Passes((source, *rest))
+        return cls(tuple(reversed(above)), own[split], ds)
 
     def carried(self, position: Any) -> dict[str, Any] | None:
         """The start of a pass from a global row under another plan, given the position of a

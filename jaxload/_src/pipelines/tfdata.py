@@ -88,7 +88,7 @@ class TfDataset:
                                rows_per_step=global_batch_size,
                                carried=None if self._replay is None else self._replay.carried)
 
-    def check_position(self, resume: dict[str, Any]) -> None:
+    def check_position(self, resume: dict[str, Any], batch_a_step: bool = True) -> None:
         """A ValueError naming what is wrong with the backend position a state resumes at
         (``step``, ``origin``, ``position``): another kind, malformed, or not at its step."""
         if self._replay is not None:
@@ -97,10 +97,10 @@ class TfDataset:
         else:
             consumed = checked_batches(resume["position"])
         expected = resume["step"] - resume.get("origin_step", 0)
-        if consumed != expected:
+        if batch_a_step and consumed != expected or consumed < expected:
             raise ValueError(f"the state's position has {consumed} batches handed out, but its "
-                             f"step is {resume['step']}: each step hands out one batch "
-                             f"({expected} expected)")
+                             f"step is {resume['step']}: each step hands out "
+                             f"{'one batch' if batch_a_step else 'at least one'} ({expected})")
 
     def spec(self) -> LocalSpec:
         """A per-process batch from the element spec: nothing is read."""
@@ -151,8 +151,12 @@ class TfDataset:
         with one-to-one ops over it (:mod:`~jaxload._src.pipelines.tf_replay`), else None."""
         if self.sharding.mode == ELEMENTS:
             return Replay.of(self._ds, graph)
-        if self._share is ds and self._plan.global_batch_size == self._global:  # unsplit
+        if self._plan.global_batch_size != self._global:
+            return None
+        if self._share is ds:  # unsplit
             return Replay.of(ds, graph)
+        if self.sharding.mode == FILES and not graph.caches_to_files():
+            return Replay.of(ds, graph, split=(self._plan.shard_count, self._plan.shard_index))
         return None
 
     def _replayed(self, start: int, replay: Replay) -> Callable[[Any], Batches]:
