@@ -65,6 +65,7 @@ bench: install
 	$(PY) benchmarks/head_start.py
 	$(PY) benchmarks/schedule_cost.py
 	$(PY) benchmarks/tf_files.py
+	$(PY) benchmarks/tf_memory.py
 	$(PY) benchmarks/step_cost.py
 	$(PY) benchmarks/order_check.py
 

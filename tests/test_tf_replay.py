@@ -380,3 +380,40 @@ def test_split_by_files_each_group_replays_a_shuffle_of_its_own_files(tmp_path):
             assert ids(again.batches(passes[number][stop - 1][1])) == ids(passes[number])[stop:]
         delivered += sum(ids(passes[0]), [])
     assert len(delivered) == len(set(delivered))
+
+
+def test_the_passes_from_one_point_share_one_rebuilt_pipeline(monkeypatch):
+    built, rebuild = [], tf_replay.Replay.dataset
+
+    def counted(self, shuffled, skip, split=None):
+        built.append(skip)
+        return rebuild(self, shuffled, skip, split)
+
+    monkeypatch.setattr(tf_replay.Replay, "dataset", counted)
+    group = share(tutorial(), plan(1, 0))
+    own = iterations(tutorial(), 3)
+    for number in range(3):  # one pipeline, one iterator of it per pass: another order each
+        assert sum(ids(group.batches(None)), []) == own[number][:N // 16 * 16]
+    assert built == [0]
+    _, position = list(group.batches(None))[3]
+    assert built == [0] and position["pass"] == 3
+    assert len(list(group.batches(position))) == N // 16 - 4 and built == [0, 64]
+
+
+def test_an_unshuffled_source_in_memory_is_replayed_and_mapped_for_the_groups_share_only():
+    calls = []
+
+    def count(x):
+        calls.append(int(x))
+        return x
+
+    ds = tf.data.Dataset.range(N).map(
+        lambda x: {"id": tf.ensure_shape(tf.py_function(count, [x], tf.int64), [])})
+    group = share(ds, plan(4, 1))
+    whole = list(group.batches(None))
+    assert ids(whole) == [list(range(s * 16 + 1, (s + 1) * 16, 4)) for s in range(N // 16)]
+    assert sorted(calls) == list(range(1, N, 4))  # only this group's elements
+    assert whole[2][1] == {"pass": 0, "batches": 3, "seeds": [0, 0]}
+    calls.clear()
+    assert ids(group.batches(whole[2][1])) == ids(whole)[3:]
+    assert min(calls) == 3 * 16 + 1  # the rows before the position are not mapped again

@@ -44,6 +44,7 @@ PRIVATE = (
                   "_preserve_cardinality; prefetch_op._PrefetchDataset._buffer_size; "
                   "gen_dataset_ops.shuffle_dataset_v3, map_dataset, parallel_map_dataset_v2"),
     ("tf_is_tensor_slices", "from_tensor_slices_op._TensorSliceDataset (its class name)"),
+    ("tf_skips_in_place", "_TensorSliceDataset, range_op._RangeDataset (their class names)"),
     ("tf_iterator_state", "tf.data.Iterator._iterator_resource, "
                           "tensorflow.python.ops.gen_dataset_ops.serialize_iterator, "
                           "deserialize_iterator"),
@@ -237,6 +238,12 @@ def tf_is_tensor_slices(ds: Any) -> bool:
     """Whether ``ds`` is a ``Dataset.from_tensor_slices`` (``from_tensor_slices_op.
     _TensorSliceDataset``): its rows are constants of its graph."""
     return type(ds).__name__ == "_TensorSliceDataset"
+
+
+def tf_skips_in_place(ds: Any) -> bool:
+    """Whether ``ds`` is a ``from_tensor_slices`` or a ``range`` (``_TensorSliceDataset``,
+    ``_RangeDataset``): a source in memory, which tf.data skips in place."""
+    return type(ds).__name__ in ("_TensorSliceDataset", "_RangeDataset")
 
 
 def tf_one_to_one(ds: Any) -> tuple[Any, Callable[[Any], Any]] | None:

@@ -74,7 +74,8 @@ class Passes:
     def __init__(self, args: tuple[Any, ...]):
         self._input, self._size, seed, seed2, self.reshuffles = args
         self.seeds = (seed, seed2)
-        self.drawn = self.seeds == _UNSEEDED  # the seeds are this process's own draw
+        self.shuffles = self._size is not None  # else the passes are of an unshuffled source
+        self.drawn = self.shuffles and self.seeds == _UNSEEDED  # this process's own draw
         if self.drawn:
             draw = random.SystemRandom()
             self.seeds = (draw.randrange(1, 2**31), draw.randrange(1, 2**31))
@@ -100,7 +101,9 @@ class Passes:
                 self.seeds, self._shuffled = seeds, None
             if number is None:
                 number = self._started
-            if self._shuffled is None or number != self._started:
+            if not self.shuffles:
+                self._shuffled = self._input
+            elif self._shuffled is None or number != self._started:
                 self._shuffled = compat.tf_shuffled(self._input, self._size, self.seeds,
                                                     self.reshuffles)
                 for _ in range(number if self.reshuffles else 0):
@@ -135,20 +138,25 @@ class Replay:
         rewrite splits the whole pipeline (the ops over the shuffle read no files): the
         shuffle of loading group ``k`` shuffles the records of its own files."""
         above: list[Callable[[Any], Any]] = []
-        node = ds
-        while (shuffle := compat.tf_shuffle(node)) is None:
-            step = compat.tf_one_to_one(node)
-            if step is None:
-                return None
-            node, again = step
-            above.append(again)
+        node: Any = ds
+        found: tuple[Any, int | None, int, int, bool] | None = None
+        while found is None:
+            found = compat.tf_shuffle(node)
+            step = compat.tf_one_to_one(node) if found is None else None
+            if found is None and step is None:
+                if not compat.tf_skips_in_place(node):
+                    return None
+                found = (node, None, 0, 0, False)  # unshuffled, in memory
+            elif step is not None:
+                node, again = step
+                above.append(again)
         graph = graph if graph is not None else DatasetGraph.of(ds)
-        if not keeps_its_order(graph):
+        if not keeps_its_order(graph, shuffles=0 if found[1] is None else 1):
             return None
         with _PASSES_LOCK:
             own = _PASSES.setdefault(node, {})
             if split not in own:
-                source, *rest = shuffle
+                source, *rest = found
                 if split is not None:
                     source = files_of_group(source, *split)
                 own[split] = Passes((source, *rest))
@@ -233,15 +241,15 @@ def with_options_of(ds: Any, rebuilt: Any) -> Any:
     return rebuilt if options == tf.data.Options() else rebuilt.with_options(options)
 
 
-def keeps_its_order(graph: DatasetGraph) -> bool:
-    """Whether a pipeline with one shuffle gives the same elements in the same order on every
-    pass, given the shuffle's seeds: no other shuffle or ``Dataset.random``, no parallel op
-    that hands out elements as they are ready, and random ops only where they change values,
-    not which elements come (in a ``map``'s function, not a ``filter``'s or an
-    ``interleave``'s)."""
+def keeps_its_order(graph: DatasetGraph, shuffles: int = 1) -> bool:
+    """Whether a pipeline with ``shuffles`` shuffles (1 or 0) gives the same elements in the
+    same order on every pass, given the shuffle's seeds: no other shuffle or
+    ``Dataset.random``, no parallel op that hands out elements as they are ready, and random
+    ops only where they change values, not which elements come (in a ``map``'s function, not a
+    ``filter``'s or an ``interleave``'s)."""
     reordering = [op for op, _, _ in graph.nodes
                   if "Dataset" in op and any(word in op for word in _REORDERING)]
-    if len(reordering) != 1 or any(unordered(graph, node) or attr(node, "sloppy") is True
+    if len(reordering) != shuffles or any(unordered(graph, node) or attr(node, "sloppy") is True
                                    for _, node, _ in graph.nodes):
         return False
     if graph.graph is None:

@@ -173,6 +173,7 @@ class TfDataset:
         else:  # each step: one element (batched) or local_batch_size of each loading group
             per_batch = plan.shard_count * (1 if self._batched else plan.local_batch_size)
         whole: list[int | None] = []  # the pass's length in batches, once known
+        built: dict[tuple[int, int], Any] = {}  # the last pass's pipeline
         below = elements and plan.global_batch_size == self._global  # split under the maps
 
         def pipeline(ds: Any, split: bool) -> Any:
@@ -182,10 +183,13 @@ class TfDataset:
         def read(number: int | None, consumed: int, seeds: tuple[int, int] | None
                  ) -> Iterator[tuple[HostBatch, Any]]:
             number, shuffled = replay.passes.start(number, seeds)
-            ds = replay.dataset(shuffled, start + consumed * per_batch,
-                                split=self._split if below else None)
+            key = (id(shuffled), start + consumed * per_batch)  # passes from one point share
+            if key not in built:  # one pipeline: each iterator of it is another pass
+                built.clear()
+                built[key] = pipeline(replay.dataset(shuffled, key[1], split=(
+                    self._split if below else None)), elements and not below)
             drawn = [*replay.passes.seeds]
-            yield from counted(pipeline(ds, elements and not below), (
+            yield from counted(built[key], (
                 {"pass": number, "batches": n, "seeds": drawn}
                 for n in itertools.count(consumed + 1)))
 
