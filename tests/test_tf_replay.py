@@ -417,3 +417,18 @@ def test_an_unshuffled_source_in_memory_is_replayed_and_mapped_for_the_groups_sh
     calls.clear()
     assert ids(group.batches(whole[2][1])) == ids(whole)[3:]
     assert min(calls) == 3 * 16 + 1  # the rows before the position are not mapped again
+
+
+@pytest.mark.parametrize("shuffled", [True, False])
+def test_the_count_of_passes_does_not_keep_a_dataset_alive(shuffled):
+    import gc
+    import weakref
+
+    source = tf.data.Dataset.range(N)
+    ds = source.shuffle(8, seed=1) if shuffled else source
+    group = share(ds.map(lambda x: {"id": x}), plan(1, 0))
+    assert len(list(group.batches(None))) == N // 16
+    gone = weakref.ref(ds)
+    del ds, source, group
+    gc.collect()
+    assert gone() is None and all(key is not gone for key in tf_replay._PASSES.keys())

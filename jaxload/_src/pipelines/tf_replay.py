@@ -153,13 +153,13 @@ class Replay:
         graph = graph if graph is not None else DatasetGraph.of(ds)
         if not keeps_its_order(graph, shuffles=0 if found[1] is None else 1):
             return None
-        with _PASSES_LOCK:
+        source, *rest = found
+        if found[1] is None:  # unshuffled: every pass is the same (nothing to count)
+            return cls(tuple(reversed(above)), Passes((source, *rest)), ds)
+        with _PASSES_LOCK:  # counted per user shuffle (its input, not itself, held)
             own = _PASSES.setdefault(node, {})
             if split not in own:
-                source, *rest = found
-                if split is not None:
-                    source = files_of_group(source, *split)
-                own[split] = Passes((source, *rest))
+                own[split] = Passes((files_of_group(source, *split) if split else source, *rest))
         return cls(tuple(reversed(above)), own[split], ds)
 
     def carried(self, position: Any) -> dict[str, Any] | None:
