@@ -22,6 +22,12 @@ the ops above it (their traced functions unchanged), so its pass ``n`` has the o
 counts iterators per dataset: a loader built per epoch over the same ``ds`` reshuffles as a kept
 one does. An unseeded shuffle gets seeds drawn once per process, recorded in the position.
 
+The same holds without a shuffle where the source is in memory (``from_tensor_slices``,
+``range``: tf.data skips it in place). Split by elements, a loading group's ``shard(K, k)`` is
+taken right after the shuffle (or the source), so the maps over it run for its share only;
+split by files, each group's twin shuffles the records of its own files (TensorFlow's FILE
+rewrite of the shuffle's input).
+
 Example:
   >>> import tensorflow as tf
   >>> ds = tf.data.Dataset.range(8).shuffle(8, seed=1).map(lambda x: 10 * x)
