@@ -16,6 +16,7 @@ def test_every_private_read_is_listed_and_has_a_test():
                       "data_loader_sampler", "grain_split_and_seeds", "grain_below_maps",
                       "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
                       "tf_replay", "tf_is_tensor_slices", "tf_skips_in_place",
+                      "tf_repeat",
                       "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed"}
 
 
@@ -180,6 +181,9 @@ def test_a_shuffle_and_the_ops_over_it_are_rebuilt_as_they_were():
     assert not compat.tf_is_tensor_slices(tf.data.Dataset.range(2))
     assert compat.tf_skips_in_place(tf.data.Dataset.range(2))
     assert not compat.tf_skips_in_place(tf.data.Dataset.range(2).take(1))
+    assert compat.tf_repeat(tf.data.Dataset.range(2).repeat(3))[1] == 3
+    assert compat.tf_repeat(tf.data.Dataset.range(2).repeat())[1] == -1
+    assert compat.tf_repeat(tf.data.Dataset.range(2)) is None
     assert compat.tf_shuffle(tf.data.Dataset.range(4)) is None
 
 

@@ -6,13 +6,14 @@ reads every step's shards."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
 import pytest
 
 import jaxload
-from jaxload._src.pipelines import tf_replay
+from jaxload._src.pipelines import tf_read, tf_replay
 from jaxload._src.pipelines.tfdata import TfDataset
 from placement import record
 
@@ -297,7 +298,7 @@ def test_the_graph_is_read_without_the_rows_and_says_what_the_whole_one_says(nam
     from jaxload._src.pipelines.tf_graph import DatasetGraph
 
     ds = light_cases()[name]
-    light, whole = tf_replay.read_graph(ds), DatasetGraph.of(ds)
+    light, whole = tf_read.read_graph(ds), DatasetGraph.of(ds)
     for read in (lambda g: sorted(g.ops()), tf_order.structure, tf_order.order_varying,
                  tf_order.value_varying, tf_order.unseen_order,
                  lambda g: (g.symbolic(), g.stateful, g.external_state, g.deterministic,
@@ -432,3 +433,33 @@ def test_the_count_of_passes_does_not_keep_a_dataset_alive(shuffled):
     del ds, source, group
     gc.collect()
     assert gone() is None and all(key is not gone for key in tf_replay._PASSES.keys())
+
+
+@pytest.mark.parametrize("count", [3, None])
+def test_a_repeat_over_the_shuffle_reshuffles_each_repetition_and_resumes_exactly(count):
+    def repeated():  # the TF 1 tutorials' shape: shuffle, then repeat
+        return tutorial(n=64, buffer=16).repeat(count).map(lambda e: e)
+
+    group = share(repeated(), plan(1, 0))
+    assert group._replay is not None and group._replay.repeat[1:] == (count or -1, 64)
+    own = repeated()
+    if count is None:  # one pass without end: its first 3 repetitions
+        first = [b for _, b in zip(range(12), group.batches(None), strict=False)]
+        passes = [list(first)]
+        mine = list(itertools.islice((int(e["id"]) for e in own), 192))
+        assert sum(ids(passes[0]), []) == mine
+    else:
+        passes = [list(group.batches(None)) for _ in range(2)]
+        # the first pass is the user's first iteration (how many of the shuffle's iterators
+        # tf.data makes over one iteration of a repeat varies with the ops in between: the
+        # later passes are each another order, not necessarily the user's later iterations)
+        assert sum(ids(passes[0]), []) == [int(e["id"]) for e in own]
+        assert sum(ids(passes[0]), []) != sum(ids(passes[1]), [])
+        for number, batches in enumerate(passes):  # each repetition another order
+            assert len({tuple(sum(ids(batches), [])[i:i + 64]) for i in (0, 64, 128)}) == 3
+            assert {p["pass"] for _, p in batches} == {3 * number}
+    for number, stop in [(0, 2), (0, 5), (0, 9), (len(passes) - 1, 11)]:
+        position = json.loads(json.dumps(passes[number][stop - 1][1]))
+        again = share(repeated(), plan(1, 0))
+        rest = ids(itertools.islice(again.batches(position), 12 - stop))
+        assert rest == ids(passes[number])[stop:12], (number, stop)

@@ -45,6 +45,7 @@ PRIVATE = (
                   "gen_dataset_ops.shuffle_dataset_v3, map_dataset, parallel_map_dataset_v2"),
     ("tf_is_tensor_slices", "from_tensor_slices_op._TensorSliceDataset (its class name)"),
     ("tf_skips_in_place", "_TensorSliceDataset, range_op._RangeDataset (their class names)"),
+    ("tf_repeat", "repeat_op._RepeatDataset._input_dataset, _count"),
     ("tf_iterator_state", "tf.data.Iterator._iterator_resource, "
                           "tensorflow.python.ops.gen_dataset_ops.serialize_iterator, "
                           "deserialize_iterator"),
@@ -238,6 +239,14 @@ def tf_is_tensor_slices(ds: Any) -> bool:
     """Whether ``ds`` is a ``Dataset.from_tensor_slices`` (``from_tensor_slices_op.
     _TensorSliceDataset``): its rows are constants of its graph."""
     return type(ds).__name__ == "_TensorSliceDataset"
+
+
+def tf_repeat(ds: Any) -> tuple[Any, int] | None:
+    """``(input, count)`` of a dataset that ``Dataset.repeat`` made (``repeat_op.
+    _RepeatDataset._count``; -1: without end), else None."""
+    if type(ds).__name__ != "_RepeatDataset":
+        return None
+    return ds._input_dataset, int(ds._count)
 
 
 def tf_skips_in_place(ds: Any) -> bool:

@@ -44,7 +44,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import random
 import threading
 import weakref
@@ -60,6 +59,7 @@ from jaxload._src.pipelines.tf_graph import (
     functions_of,
     unordered,
 )
+from jaxload._src.pipelines.tf_read import with_options_of
 from jaxload._src.validate import is_nonnegative_int
 
 _UNSEEDED = (0, 0)  # TensorFlow's op seeds of a shuffle without a seed
@@ -97,10 +97,14 @@ class Passes:
                 f"shuffle has {list(self.seeds)}: a state continues only the pipeline it was "
                 "taken with")
 
-    def start(self, number: int | None, seeds: tuple[int, int] | None) -> tuple[int, Any]:
-        """The rebuilt shuffle positioned for pass ``number`` (None: the next one) with
-        ``seeds`` (None: its own), counted as started: the caller makes one iterator of a
-        pipeline over it. Raises a ValueError where ``seeds`` are not the shuffle's own."""
+    def start(self, number: int | None, seeds: tuple[int, int] | None, ahead: int = 0,
+              per_pass: int = 1) -> tuple[int, Any]:
+        """The rebuilt shuffle positioned for the pass that starts at its iterator ``number``
+        (None: the next one) with ``seeds`` (None: its own), ``ahead`` of its iterators
+        already made (the repetitions of a ``repeat`` over it done), counted as started: the
+        caller makes one iterator of a pipeline over it, which makes ``per_pass`` of the
+        shuffle's (1, or a repeat's count). Raises a ValueError where ``seeds`` are not the
+        shuffle's own."""
         with self._lock:
             self.check(seeds)
             if seeds is not None and seeds != self.seeds:  # drawn by the process that saved
@@ -109,12 +113,12 @@ class Passes:
                 number = self._started
             if not self.shuffles:
                 self._shuffled = self._input
-            elif self._shuffled is None or number != self._started:
+            elif self._shuffled is None or ahead or per_pass != 1 or number != self._started:
                 self._shuffled = compat.tf_shuffled(self._input, self._size, self.seeds,
-                                                    self.reshuffles)
-                for _ in range(number if self.reshuffles else 0):
+                                                    self.reshuffles)  # a pass may end early
+                for _ in range(number + ahead if self.reshuffles else 0):
                     iter(self._shuffled)  # draws a pass's seeds; reads nothing
-            self._started = number + 1
+            self._started = number + per_pass
             return number, self._shuffled
 
 
@@ -128,11 +132,15 @@ class Replay:
         the order they apply.
       passes: the passes of the shuffle (:class:`Passes`), shared by every loader of it.
       user: the user's pipeline, whose options the rebuilt one takes.
+      repeat: ``(where, count, length)`` of a ``repeat`` over the shuffle: the number of ops
+        of ``above`` under it, its count (-1: without end), and the elements of each
+        repetition. Each repetition is another iterator of the shuffle: another order.
     """
 
     above: tuple[Callable[[Any], Any], ...]
     passes: Passes
     user: Any = dataclasses.field(default=None, repr=False)  # the user's pipeline
+    repeat: tuple[int, int, int] | None = None
 
     @classmethod
     def of(cls, ds: Any, graph: DatasetGraph | None = None,
@@ -146,9 +154,13 @@ class Replay:
         above: list[Callable[[Any], Any]] = []
         node: Any = ds
         found: tuple[Any, int | None, int, int, bool] | None = None
+        repeat: tuple[int, int] | None = None  # (ops over it, count)
         while found is None:
             found = compat.tf_shuffle(node)
             step = compat.tf_one_to_one(node) if found is None else None
+            if found is None and repeat is None and (over := compat.tf_repeat(node)):
+                node, repeat = over[0], (len(above), over[1])
+                continue
             if found is None and step is None:
                 if not compat.tf_skips_in_place(node):
                     return None
@@ -160,13 +172,17 @@ class Replay:
         if not keeps_its_order(graph, shuffles=0 if found[1] is None else 1):
             return None
         source, *rest = found
+        length = int(node.cardinality())
+        if repeat is not None and (found[1] is None or length < 0):
+            return None  # (a repeat over an unshuffled source: read as one)
+        repeated = None if repeat is None else (len(above) - repeat[0], repeat[1], length)
         if found[1] is None:  # unshuffled: every pass is the same (nothing to count)
             return cls(tuple(reversed(above)), Passes((source, *rest)), ds)
         with _PASSES_LOCK:  # counted per user shuffle (its input, not itself, held)
             own = _PASSES.setdefault(node, {})
             if split not in own:
                 own[split] = Passes((files_of_group(source, *split) if split else source, *rest))
-        return cls(tuple(reversed(above)), own[split], ds)
+        return cls(tuple(reversed(above)), own[split], ds, repeated)
 
     def carried(self, position: Any) -> dict[str, Any] | None:
         """The start of a pass from a global row under another plan, given the position of a
@@ -180,71 +196,43 @@ class Replay:
             return None
         return {"pass": number, "batches": 0, "seeds": [*seeds]}
 
+    def positioned(self, number: int | None, seeds: tuple[int, int] | None, skip: int
+                   ) -> tuple[int, Any]:
+        """:meth:`Passes.start` for the pass starting at the shuffle's iterator ``number``,
+        from element ``skip`` of it (past the repetitions of a ``repeat`` over the shuffle)."""
+        if self.repeat is None:
+            return self.passes.start(number, seeds)
+        _, count, length = self.repeat
+        done = min(skip // length, count) if count >= 0 else skip // length
+        return self.passes.start(number, seeds, ahead=done, per_pass=max(count, 1))
+
     def dataset(self, shuffled: Any, skip: int,
                 split: Callable[[Any], Any] | None = None) -> Any:
         """The pipeline over ``shuffled`` (from :meth:`Passes.start`), from element ``skip``;
         ``split``: a loading group's share of the elements (``shard(K, k)``), taken right
         after the shuffle, so that the ops over it run for that share only (they give one
         element per element, in order: the same elements as a split over the whole)."""
-        ds = shuffled.skip(skip) if skip else shuffled
+        under = self.repeat[0] if self.repeat is not None else 0
+        if self.repeat is None:
+            ds = shuffled.skip(skip) if skip else shuffled
+        else:  # this repetition from its element, then the others (each another iterator)
+            _, count, length = self.repeat
+            done, skip = divmod(skip, length)
+            ds = self._applied(shuffled.skip(skip), self.above[:under])
+            left = count - done - 1 if count >= 0 else -1
+            if left:
+                ds = ds.concatenate(self._applied(shuffled, self.above[:under]).repeat(left))
+            if count >= 0 and done >= count:
+                ds = ds.take(0)
         ds = split(ds) if split is not None else ds
-        for again in self.above:
-            ds = again(ds)
+        ds = self._applied(ds, self.above[under:])
         return with_options_of(self.user, ds) if self.user is not None else ds
 
-
-def read_graph(ds: Any) -> DatasetGraph:
-    """``DatasetGraph.of(ds)``, without serializing the rows of a ``from_tensor_slices`` under
-    it: where ``ds`` is such a source under shuffles and one-to-one ops (the tutorials' shapes),
-    the graph is read from the same pipeline over a source of one row of the same element
-    spec, rebuilt from the dataset objects (microseconds). Its ops, functions, seeds and
-    options are the pipeline's own; tf.data's own graph would copy every row (about 7 ms per
-    MB: 2 s for 300 MB of images). Other pipelines are read whole.
-
-    Example:
-      >>> import tensorflow as tf
-      >>> rows = {"image": np.zeros((50_000, 32, 32, 3), np.float32)}
-      >>> ds = tf.data.Dataset.from_tensor_slices(rows).shuffle(64, seed=1).map(lambda e: e)
-      >>> sorted(op for op in read_graph(ds).ops() if "Dataset" in op)
-      ['MapDataset', 'ShuffleDatasetV3', 'TensorSliceDataset']
-    """
-    import tensorflow as tf
-
-    rebuild: list[Callable[[Any], Any]] = []
-    node = ds
-    while not compat.tf_is_tensor_slices(node):
-        shuffle, step = compat.tf_shuffle(node), compat.tf_one_to_one(node)
-        if shuffle is not None:
-            node, size, seed, seed2, reshuffles = shuffle
-            rebuild.append(functools.partial(_shuffled, size=size, seeds=(seed, seed2),
-                                             reshuffles=reshuffles))
-        elif step is not None:
-            node, again = step
-            rebuild.append(again)
-        else:
-            return DatasetGraph.of(ds)
-    specs = tf.nest.flatten(node.element_spec)
-    if not all(type(spec) is tf.TensorSpec and spec.shape.is_fully_defined() for spec in specs):
-        return DatasetGraph.of(ds)
-    empty = tf.nest.map_structure(lambda spec: tf.zeros([0, *spec.shape], spec.dtype),
-                                  node.element_spec)
-    light = tf.data.Dataset.from_tensor_slices(empty)
-    for again in reversed(rebuild):
-        light = again(light)
-    return DatasetGraph.of(light, ds.options())
-
-
-def _shuffled(ds: Any, *, size: int, seeds: tuple[int, int], reshuffles: bool) -> Any:
-    return compat.tf_shuffled(ds, size, seeds, reshuffles)
-
-
-def with_options_of(ds: Any, rebuilt: Any) -> Any:
-    """``rebuilt`` with ``ds``'s options (the ops rebuilt from dataset objects do not carry
-    the options set below them), where they are not the default ones."""
-    import tensorflow as tf
-
-    options = ds.options()
-    return rebuilt if options == tf.data.Options() else rebuilt.with_options(options)
+    @staticmethod
+    def _applied(ds: Any, ops: tuple[Callable[[Any], Any], ...]) -> Any:  # in their order
+        for again in ops:
+            ds = again(ds)
+        return ds
 
 
 def keeps_its_order(graph: DatasetGraph, shuffles: int = 1) -> bool:

@@ -33,7 +33,8 @@ from jaxload._src.pipelines.tf_order import (
     value_varying,
 )
 from jaxload._src.pipelines.tf_probe import Probe as _Probe
-from jaxload._src.pipelines.tf_replay import Replay, position_of, read_graph
+from jaxload._src.pipelines.tf_read import read_graph
+from jaxload._src.pipelines.tf_replay import Replay, position_of
 from jaxload._src.pipelines.tf_rewrite import sequential_interleaves
 from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
 from jaxload._src.plan import Plan
@@ -173,7 +174,7 @@ class TfDataset:
         else:  # each step: one element (batched) or local_batch_size of each loading group
             per_batch = plan.shard_count * (1 if self._batched else plan.local_batch_size)
         whole: list[int | None] = []  # the pass's length in batches, once known
-        built: dict[tuple[int, int], Any] = {}  # the last pass's pipeline
+        built: list[Any] = [None, None, None]  # the last pass's: twin, skip, pipeline
         below = elements and plan.global_batch_size == self._global  # split under the maps
 
         def pipeline(ds: Any, split: bool) -> Any:
@@ -182,14 +183,14 @@ class TfDataset:
 
         def read(number: int | None, consumed: int, seeds: tuple[int, int] | None
                  ) -> Iterator[tuple[HostBatch, Any]]:
-            number, shuffled = replay.passes.start(number, seeds)
-            key = (id(shuffled), start + consumed * per_batch)  # passes from one point share
-            if key not in built:  # one pipeline: each iterator of it is another pass
-                built.clear()
-                built[key] = pipeline(replay.dataset(shuffled, key[1], split=(
-                    self._split if below else None)), elements and not below)
+            skip = start + consumed * per_batch
+            number, shuffled = replay.positioned(number, seeds, skip)
+            if built[0] is not shuffled or built[1] != skip:  # passes from one point share
+                built[:] = [shuffled, skip, pipeline(replay.dataset(  # one pipeline: each
+                    shuffled, skip, split=self._split if below else None),  # iterator of it
+                    elements and not below)]  # is another pass
             drawn = [*replay.passes.seeds]
-            yield from counted(built[key], (
+            yield from counted(built[2], (
                 {"pass": number, "batches": n, "seeds": drawn}
                 for n in itertools.count(consumed + 1)))
 
