@@ -16,17 +16,23 @@ class Explained:
 
     def explain(self, *, max_processes: int = 16) -> str:
         """The plan's tables (:meth:`jaxload.Plan.explain`, needs ``rich``), then the input:
-        how the pipeline is split over the loading groups and what each process reads.
+        how the pipeline is split over the loading groups and what each process reads, and
+        for tf.data what a resume does (what the position holds and costs).
 
         Example:
           >>> import tensorflow as tf
           >>> loader = jaxload.from_tf_data(tf.data.Dataset.range(64), jaxload.data_parallel(),
           ...                               global_batch_size=16)
-          >>> print(loader.explain().splitlines()[-1])
-          input: tf.data by elements: each process reads every element and keeps 1/1 of them
+          >>> lines = loader.explain().splitlines()
+          >>> lines[-2]
+          'input: tf.data by elements: each process reads every element and keeps 1/1 of them'
+          >>> lines[-1]
+          'resume: skips to its position in memory (nothing is saved as a pass runs)'
         """
+        resume = getattr(self._pipeline, "positioning", None)
         return (self.plan.explain(max_processes=max_processes)
-                + f"input: {input_text(self._pipeline, self.plan)}\n")
+                + f"input: {input_text(self._pipeline, self.plan)}\n"
+                + (f"resume: {resume}\n" if resume else ""))
 
 
 def input_text(pipeline: Any, plan: Plan) -> str:

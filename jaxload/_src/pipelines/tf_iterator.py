@@ -207,3 +207,19 @@ def saveable(graph: DatasetGraph) -> bool | None:
         _NOT_SAVED.add(message)
         warnings.warn(message, UserWarning, stacklevel=5)
     return None
+
+
+def positioning(replayed: bool | None, save: bool | None, symbolic: bool) -> str:
+    """What a resume of the pipeline does, in words (``loader.explain()``): ``replayed``,
+    whether it is positioned by replay (:mod:`~jaxload._src.pipelines.tf_replay`) over a
+    shuffle (True) or an unshuffled source (False), or not (None); ``save`` and ``symbolic``,
+    how tf.data saves its iterator otherwise."""
+    if replayed is not None:
+        how = "replays its shuffle to its position" if replayed else (
+            "skips to its position in memory")
+        return f"{how} (nothing is saved as a pass runs)"
+    if save is None:
+        return "re-reads every batch before its position (tf.data cannot save its iterator)"
+    return ("restores tf.data's iterator checkpoint, " + (
+        "positions only (symbolic)" if symbolic else "which holds the pipeline's buffers")
+        + ", saved after batches as a pass runs, spaced by its cost")

@@ -24,6 +24,7 @@ from jaxload._src.pipelines.tf_iterator import (
     checked_batches,
     checkpointed,
     counted,
+    positioning,
     saveable,
 )
 from jaxload._src.pipelines.tf_order import (
@@ -77,6 +78,8 @@ class TfDataset:
             f"tf.data/{self.sharding.mode}")
         self._save = saveable(graph)
         self._replay = self._replayed_share(ds, graph)
+        self.positioning = positioning(self._replay.passes.shuffles if self._replay else None,
+                                       self._save, self._symbolic)
         self.batches = self.from_row(0)
         length = int(ds.cardinality())
         why_not = why_not_sliceable(shard is not False, batched, "the whole dataset")
@@ -148,8 +151,7 @@ class TfDataset:
         return batches
 
     def _replayed_share(self, ds: Any, graph: DatasetGraph) -> Replay | None:
-        """The replay of the pipeline a pass splits (or is, unsplit), where it is a shuffle
-        with one-to-one ops over it (:mod:`~jaxload._src.pipelines.tf_replay`), else None."""
+        """The replay (tf_replay.py) of the pipeline a pass splits or is, or None."""
         if self.sharding.mode == ELEMENTS:
             return Replay.of(self._ds, graph)
         if self._plan.global_batch_size != self._global:
