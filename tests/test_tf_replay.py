@@ -463,3 +463,27 @@ def test_a_repeat_over_the_shuffle_reshuffles_each_repetition_and_resumes_exactl
         again = share(repeated(), plan(1, 0))
         rest = ids(itertools.islice(again.batches(position), 12 - stop))
         assert rest == ids(passes[number])[stop:12], (number, stop)
+
+
+def test_a_repeat_over_a_shuffle_of_records_of_unknown_count_keeps_the_checkpoints(tmp_path):
+    from test_tf_files import write_files
+
+    pattern = write_files(tmp_path, [37, 50, 13, 60, 20, 31, 44, 5])
+    ds = tf.data.Dataset.list_files(pattern, shuffle=False).interleave(
+        tf.data.TFRecordDataset, cycle_length=2).shuffle(32, seed=3).map(parse_id).repeat(2)
+    group = share(ds, plan(4, 1))
+    assert group._replay is None  # a repetition's length is unknown: not replayed
+    _, position = next(iter(group.batches(None)))
+    assert "saved" in position
+
+
+def test_a_repeat_over_the_shuffle_split_by_elements_resumes_exactly():
+    def repeated():
+        return tutorial(n=64, buffer=16).repeat(3)
+
+    group = share(repeated(), plan(4, 2))
+    whole = list(group.batches(None))
+    assert len(whole) == 3 * 64 // 16
+    for stop in (3, 5, 10):
+        again = share(repeated(), plan(4, 2))
+        assert ids(again.batches(whole[stop - 1][1])) == ids(whole)[stop:], stop

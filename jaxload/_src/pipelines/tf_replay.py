@@ -78,7 +78,7 @@ class Passes:
     were made of it (each draws the seeds of another pass where the shuffle reshuffles)."""
 
     def __init__(self, args: tuple[Any, ...]):
-        self._input, self._size, seed, seed2, self.reshuffles = args
+        self.source, self._size, seed, seed2, self.reshuffles = args
         self.seeds = (seed, seed2)
         self.shuffles = self._size is not None  # else the passes are of an unshuffled source
         self.drawn = self.shuffles and self.seeds == _UNSEEDED  # this process's own draw
@@ -112,9 +112,9 @@ class Passes:
             if number is None:
                 number = self._started
             if not self.shuffles:
-                self._shuffled = self._input
+                self._shuffled = self.source
             elif self._shuffled is None or ahead or per_pass != 1 or number != self._started:
-                self._shuffled = compat.tf_shuffled(self._input, self._size, self.seeds,
+                self._shuffled = compat.tf_shuffled(self.source, self._size, self.seeds,
                                                     self.reshuffles)  # a pass may end early
                 for _ in range(number + ahead if self.reshuffles else 0):
                     iter(self._shuffled)  # draws a pass's seeds; reads nothing
@@ -172,16 +172,16 @@ class Replay:
         if not keeps_its_order(graph, shuffles=0 if found[1] is None else 1):
             return None
         source, *rest = found
-        length = int(node.cardinality())
-        if repeat is not None and (found[1] is None or length < 0):
-            return None  # (a repeat over an unshuffled source: read as one)
-        repeated = None if repeat is None else (len(above) - repeat[0], repeat[1], length)
         if found[1] is None:  # unshuffled: every pass is the same (nothing to count)
-            return cls(tuple(reversed(above)), Passes((source, *rest)), ds)
+            return None if repeat else cls(tuple(reversed(above)), Passes((source, *rest)), ds)
         with _PASSES_LOCK:  # counted per user shuffle (its input, not itself, held)
             own = _PASSES.setdefault(node, {})
             if split not in own:
                 own[split] = Passes((files_of_group(source, *split) if split else source, *rest))
+        length = int(own[split].source.cardinality())  # a repetition's, of this group's share
+        if repeat is not None and length < 0:
+            return None
+        repeated = None if repeat is None else (len(above) - repeat[0], repeat[1], length)
         return cls(tuple(reversed(above)), own[split], ds, repeated)
 
     def carried(self, position: Any) -> dict[str, Any] | None:
