@@ -60,7 +60,7 @@ multihost_utils.sync_global_devices("files written")
 layout = jaxload.data_parallel()
 loader = jaxload.from_tf_data(pipeline(), layout, global_batch_size=64)
 if jax.process_index() == 0:
-    print(loader.explain().splitlines()[-1])
+    print(*loader.explain().splitlines()[-2:], sep="\n")  # how it is split, how it resumes
 batches = iter(loader)
 for _ in range(10):
     next(batches)
