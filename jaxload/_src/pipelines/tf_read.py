@@ -34,8 +34,8 @@ def read_graph(ds: Any) -> DatasetGraph:
         shuffle, step = compat.tf_shuffle(node), compat.tf_one_to_one(node)
         if shuffle is not None:
             node, size, seed, seed2, reshuffles = shuffle
-            rebuild.append(functools.partial(shuffled_again, size=size, seeds=(seed, seed2),
-                                             reshuffles=reshuffles))
+            rebuild.append(functools.partial(compat.tf_shuffled, buffer_size=size,
+                                             seeds=(seed, seed2), reshuffle=reshuffles))
         elif step is not None:
             node, again = step
             rebuild.append(again)
@@ -50,11 +50,6 @@ def read_graph(ds: Any) -> DatasetGraph:
     for again in reversed(rebuild):
         light = again(light)
     return DatasetGraph.of(light, ds.options())
-
-
-def shuffled_again(ds: Any, *, size: int, seeds: tuple[int, int], reshuffles: bool) -> Any:
-    """``ds`` shuffled as a shuffle of ``size`` with ``seeds`` shuffles it."""
-    return compat.tf_shuffled(ds, size, seeds, reshuffles)
 
 
 def with_options_of(ds: Any, rebuilt: Any) -> Any:
