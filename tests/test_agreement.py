@@ -38,9 +38,16 @@ def scenarios():
             raise ValueError("corrupt record 21")
         return np.float32(i)
 
+    def trained(loader):  # a training step of 0.2 s; the failure comes in the middle
+        steps = 0
+        for _ in loader:
+            time.sleep(0.2)
+            steps += 1
+        return steps
+
     loader = jaxload.from_grain(grain.MapDataset.range(64).map(failing), layout,
                                 global_batch_size=8, timeout_s=60, on_failure="raise")
-    out["failing"] = outcome(lambda: len(list(loader)))
+    out["failing"] = outcome(lambda: trained(loader))
 
     # process 1's elements have a different shape: the global batch cannot be formed
     ds = grain.MapDataset.range(16).map(lambda i: {"x": np.zeros(2 + p, np.float32)})

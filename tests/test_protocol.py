@@ -75,10 +75,15 @@ def test_differing_signatures_ask_for_a_round_of_full_signatures():
 def test_known_lengths_fix_the_step_count_in_the_first_round():
     rs = {0: Report(ready=1, digest="d", length=10), 1: Report(ready=1, digest="d", length=7)}
     drop = decide(rs, step=0, window=1, pad=False)
-    assert (drop.total, drop.count, drop.more) == (7, 1, True)
+    # no read-ahead once the count is known: the round agrees on every step of the pass
+    assert (drop.total, drop.count, drop.more) == (7, 7, False)
     assert decide(rs, step=0, window=1, pad=True).total == 10
-    # later rounds need no read-ahead: they come up to MAX_KNOWN_WINDOW steps apart
-    later = decide(reports(0, 0), step=5, window=MAX_KNOWN_WINDOW, pad=False, total=7)
+    # a longer pass: rounds come MAX_KNOWN_WINDOW steps apart, and only carry failures
+    long = {p: Report(ready=1, digest="d", length=MAX_KNOWN_WINDOW + 2) for p in range(2)}
+    first = decide(long, step=0, window=1, pad=False)
+    assert (first.count, first.more, first.window) == (MAX_KNOWN_WINDOW, True, MAX_KNOWN_WINDOW)
+    later = decide(reports(0, 0), step=MAX_KNOWN_WINDOW, window=MAX_KNOWN_WINDOW, pad=False,
+                   total=first.total)
     assert (later.count, later.more) == (2, False)
     # a resumed pass: lengths count from the resume point
     assert decide(rs, step=30, window=1, pad=False).total == 37

@@ -116,12 +116,14 @@ def alarm_key(process: int) -> str:
     return f"jaxload/alarm/{process}"
 
 
-def announce(t: Transport, failure: Failure) -> bool:
+def announce(t: Transport, failure: Failure, claim: bool = True) -> bool:
     """Claims the failure key of ``failure``'s pass (written only if absent: the first failure
     wins) and writes the failure into every other process's alarm key; returns whether it was
-    the first failure of its pass."""
+    the first failure of its pass. ``claim=False``: the pass's exchange has ended (and its keys
+    are deleted), so no key of it is written: only the alarms."""
     try:
-        if failure.exchange and not t.set_once(failure_key(failure.exchange), failure.text):
+        if claim and failure.exchange and not t.set_once(failure_key(failure.exchange),
+                                                        failure.text):
             return False
         text = failure.to_json()
         for p in range(t.process_count):

@@ -110,7 +110,12 @@ class LoaderIterator:
         try:
             handout = next(self._items)
         except StopIteration:
+            # a pass of known length has no round at its end: a peer's failure announced while
+            # this process handed out its last batches is raised here, not lost with the pass
+            interruption = context.watchdog.interruption(context.exchange.prefix)
             self._ended()
+            if interruption is not None:
+                raise interruption from None
             # a finished pass: the next one starts at row 0 (and a schedule goes on)
             self._loop.handed_out(START if context.schedule is None else
                                   next_pass(self._at, START))

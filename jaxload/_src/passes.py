@@ -10,10 +10,9 @@ Stages, once per round of the step agreement (:mod:`jaxload._src.protocol`):
 3. **assemble**: the agreed steps, padded where this process's data has run out, become
    global ``jax.Array`` batches, each handed on as a :class:`Handout`.
 
-A failure in any stage is reported to every process in the next round (each process raises
-the cause there), and the process that failed raises its own exception, even when the report
-cannot be sent. A pass stopped early (``close()``) reports that it stopped, so the others end the
-pass instead of waiting.
+A failure in any stage is told to every process at once (:mod:`~jaxload._src.watchdog`) and in
+the next round if one follows; the process that failed raises its own exception. A pass stopped
+early (``close()``) reports that it stopped, so the others end the pass instead of waiting.
 """
 
 from __future__ import annotations
@@ -72,8 +71,7 @@ class Pass:
         self._context = context
         self._check_layout = checked_in_round  # the first step's check rides the first round
         self._held: Handout | None = None  # the first step, assembled before the first round
-        self._exchange = context.exchange
-        self._plan_at = context.plan_at
+        self._exchange, self._plan_at = context.exchange, context.plan_at
         self._pad = context.config.pad
         self._stats = context.stats
         self._check_period = context.config.check_period
@@ -85,8 +83,8 @@ class Pass:
         self._reader = ReadAhead(source, self._plan_at, self._pad, self._stats, self._step,
                                  context.recorder, watch)
         self._recorder = context.recorder
-        self._template: str | None = None  # the signature to pad with, when this process has none
-        self._ended = False
+        self._template: str | None = None  # the signature to pad with, if this process has none
+        self._ended = self._reported = False  # no round follows; this process's failure told
         self._doing = Stage.ASSEMBLING  # or READING, PADDING: the part of stage 3 under way
         self._deferred: Exception | None = None  # a read between handouts that failed
 
@@ -264,16 +262,18 @@ class Pass:
             raise
 
     def _report_failure(self, error: BaseException, stage: Stage, step: int) -> None:
-        if self._ended:
+        if self._reported:
             return
-        self._ended = True
+        self._reported = True
         text = f"{type(error).__name__}: {error}"
-        # every process learns of it now, not at the next round
+        # every process learns of it now, not at the next round (there may be none)
         failure = Failure(self._watchdog.process_index, stage, step, text, self._exchange.prefix)
         if not isinstance(error, PeerFailedError):
-            self._watchdog.publish(failure, error)
+            self._watchdog.publish(failure, error, claim=not self._ended)
             add_note(error, f"jaxload: {failure.text.splitlines()[0]} (told every process)")
-        report = Report(error=text, stage=stage, step=step)
+        if self._ended:  # no round follows: nobody waits for this process's report
+            return
+        self._ended, report = True, Report(error=text, stage=stage, step=step)
         try:
             self._exchange.round(report.to_json(), _ended_by_report, ends=True)
         except Exception:  # noqa: BLE001 - the process's own exception is what it raises
@@ -288,7 +288,7 @@ class Pass:
             self._report_failure(failure.error, failure.stage, failure.step)
             return
         self._ended = True
-        try:
+        try:  # the others end the pass
             self._exchange.round(Report(stopped=True).to_json(), _ended_by_report, ends=True)
         except Exception:  # noqa: BLE001 - stopping must not raise; the others time out
             pass

@@ -10,8 +10,8 @@ digests differ does a second round carry the full text of one process per signat
 error still names which processes have which shapes.
 
 Where every process knows how many batches its pipeline holds (a Grain ``MapDataset``'s ``len``,
-a tf.data ``cardinality()``), the first round fixes the pass's step count; later rounds are sparse
-(up to :data:`MAX_KNOWN_WINDOW` steps apart) and only carry failures.
+a tf.data ``cardinality()``), the first round fixes the pass's step count and agrees on up to
+:data:`MAX_KNOWN_WINDOW` of its steps; later rounds, as far apart, only carry failures.
 """
 
 from __future__ import annotations
@@ -164,11 +164,11 @@ refused=None)
         remaining = _known_total(reports, pad)
         total = remaining if remaining in (None, INFINITE) else step + remaining
     nbytes = max((r.nbytes for r in reports.values()), default=0)
-    if total is not None:
+    if total is not None:  # no read-ahead: rounds only carry failures, MAX_KNOWN_WINDOW apart
         left = total - step if total != INFINITE else MAX_KNOWN_WINDOW
-        count = min(left, max(window, 1))
+        count = min(left, MAX_KNOWN_WINDOW)
         more = total == INFINITE or step + count < total
-        next_window = min(2 * max(window, 1), MAX_KNOWN_WINDOW)
+        next_window = MAX_KNOWN_WINDOW
     else:
         counts = [r.ready for r in reports.values()]
         count = max(counts) if pad else min(counts)

@@ -153,14 +153,16 @@ class Watchdog:
         self.publish(Failure(self.process_index, "agreeing", None,
                              f"{type(error).__name__}: {error}"), error)
 
-    def publish(self, failure: Failure, error: BaseException | None = None) -> bool:
+    def publish(self, failure: Failure, error: BaseException | None = None, *,
+                claim: bool = True) -> bool:
         """Tells every process of this process's ``failure`` (caused by ``error``) at once;
         returns whether it was the first failure of its pass (the others are raised where they
-        happen, not announced)."""
+        happen, not announced). ``claim=False``: after the pass's last round (see
+        :func:`~jaxload._src.failures.announce`)."""
         if error is not None and self._own_error is None:
             self._own_error = error
         self._learn(failure)
-        return True if self._transport is None else announce(self._transport, failure)
+        return True if self._transport is None else announce(self._transport, failure, claim)
 
     # -- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
