@@ -75,8 +75,11 @@ def test_differing_signatures_ask_for_a_round_of_full_signatures():
 def test_known_lengths_fix_the_step_count_in_the_first_round():
     rs = {0: Report(ready=1, digest="d", length=10), 1: Report(ready=1, digest="d", length=7)}
     drop = decide(rs, step=0, window=1, pad=False)
-    # no read-ahead once the count is known: the round agrees on every step of the pass
-    assert (drop.total, drop.count, drop.more) == (7, 7, False)
+    # no read-ahead once the count is known: the round agrees on every step of the pass, and
+    # one more round ends it
+    assert (drop.total, drop.count, drop.more) == (7, 7, True)
+    end = decide(reports(0, 0), step=7, window=MAX_KNOWN_WINDOW, pad=False, total=7)
+    assert (end.count, end.more) == (0, False)
     assert decide(rs, step=0, window=1, pad=True).total == 10
     # a longer pass: rounds come MAX_KNOWN_WINDOW steps apart, and only carry failures
     long = {p: Report(ready=1, digest="d", length=MAX_KNOWN_WINDOW + 2) for p in range(2)}
@@ -84,7 +87,7 @@ def test_known_lengths_fix_the_step_count_in_the_first_round():
     assert (first.count, first.more, first.window) == (MAX_KNOWN_WINDOW, True, MAX_KNOWN_WINDOW)
     later = decide(reports(0, 0), step=MAX_KNOWN_WINDOW, window=MAX_KNOWN_WINDOW, pad=False,
                    total=first.total)
-    assert (later.count, later.more) == (2, False)
+    assert (later.count, later.more) == (2, True)
     # a resumed pass: lengths count from the resume point
     assert decide(rs, step=30, window=1, pad=False).total == 37
 

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import jax
 
-from jaxload._src import protocol, round_check, same_dataset, signature
+from jaxload._src import group_proof, protocol, round_check, same_dataset, signature
 from jaxload._src.agreement import Decide, PeerFailedError, Reports
 from jaxload._src.assemble import build_global
 from jaxload._src.check import plan_and_batch_records
@@ -71,18 +71,19 @@ class Pass:
         self._context = context
         self._check_layout = checked_in_round  # the first step's check rides the first round
         self._held: Handout | None = None  # the first step, assembled before the first round
+        self._assembled: str | None = None  # the digest of the last batch assembled (proving)
         self._exchange, self._plan_at = context.exchange, context.plan_at
-        self._pad = context.config.pad
-        self._stats = context.stats
+        self._pad, self._stats = context.config.pad, context.stats
         self._check_period = context.config.check_period
         self._first_step = self._step = context.start["step"]
         self._position = context.start["position"]
-        self._watchdog = context.watchdog
+        self._watchdog, self._recorder = context.watchdog, context.recorder
         watch = functools.partial(context.watchdog.reading, context.exchange.prefix,
                                   limit_s=context.config.timeout_s)
+        plan = context.plan  # a loading group of several processes proves its rows each step
+        self._proving = len(plan.loading_groups[plan.shard_index]) > 1
         self._reader = ReadAhead(source, self._plan_at, self._pad, self._stats, self._step,
-                                 context.recorder, watch)
-        self._recorder = context.recorder
+                                 context.recorder, watch, digests=self._proving)
         self._template: str | None = None  # the signature to pad with, if this process has none
         self._ended = self._reported = False  # no round follows; this process's failure told
         self._doing = Stage.ASSEMBLING  # or READING, PADDING: the part of stage 3 under way
@@ -93,7 +94,7 @@ class Pass:
         while True:
             decision = self._decide(self._read_ahead(window, total, round_index), window, total)
             total, window, round_index = decision.total, decision.window, round_index + 1
-            between = decision.more and total is None  # the next round reads a window
+            between = decision.more and (total is None or self._proving)  # reads ahead
             for i in range(decision.count):
                 handout, self._held = self._held or self._stage(Stage.ASSEMBLING, self._assemble), None
                 try:
@@ -104,13 +105,14 @@ class Pass:
                 if between:
                     self._read_between(decision.count - i - 1, window, decision.count)
             if not decision.more:
+                group_proof.raise_if_diverged(decision)
                 return
 
     # -- stage 1 -----------------------------------------------------------------------------
     def _read_ahead(self, window: int, total: int | None, round_index: int) -> Report:
         """Reads ahead (where the step count is not known yet) and builds this round's report."""
         reader = self._reader
-        known = total is not None
+        known = total is not None and not self._proving  # no read-ahead: read at assembly
 
         def read() -> None:
             if self._deferred is not None:  # a read between handouts failed: raised here
@@ -118,9 +120,10 @@ class Pass:
             reader.fill(1 if known and not round_index else 0 if known else window)
 
         self._stage(Stage.READING, read)
-        check, layout = None, self._check_layout
+        check, layout, held_rows = None, self._check_layout, []
         if round_index == 0 and layout is not None and self._check_period and reader.ahead:
             held = self._held = self._stage(Stage.ASSEMBLING, self._assemble)  # the first step
+            held_rows = [self._assembled or ""]
             with timed(self._stats, "check"):  # its check in this round's report
                 check = self._stage(Stage.CHECKING, lambda: plan_and_batch_records(
                     layout, self._context.plan.global_batch_size, held.batch))
@@ -128,13 +131,13 @@ class Pass:
             ready=len(reader.ahead) + (self._held is not None), digest=reader.digest, nbytes=reader.nbytes,
             length=protocol.as_jsonable(reader.length) if round_index == 0 else None,
             needs_template=(self._pad and reader.signature is None and self._template is None
-                            and reader.exhausted), check=check, dataset=reader.take_described())
+                            and reader.exhausted), check=check, dataset=reader.take_described(),
+            rows=[*held_rows, *(b.digest or "" for b in reader.ahead)] if self._proving else None)
 
     def _read_between(self, left: int, window: int, count: int) -> None:
         """Reads part of the next round's window after a handout, so that the pipeline keeps
-        reading while the round's ``left`` remaining steps are assembled and consumed (else it
-        would idle, then the consumer wait for a whole window). A failure is kept and raised
-        where the next round reads, after the agreed steps: as if read there."""
+        reading while the round's ``left`` remaining steps are consumed (else it would idle, then
+        the consumer wait for a whole window). A failure is raised where the next round reads."""
         if self._deferred is not None:
             return
         reader = self._reader
@@ -146,12 +149,16 @@ class Pass:
 
     # -- stage 2 -----------------------------------------------------------------------------
     def _decide(self, report: Report, window: int, total: int | None) -> Decision:
-        step, pad = self._agreeing, self._pad
+        step, pad, ahead = self._agreeing, self._pad, self._proving
+        groups = self._plan_at(step).loading_groups if ahead else ()
 
         def decide(reports: Reports) -> tuple[str, bool]:
             parsed = protocol.parse(reports)
-            decision = same_dataset.verdict(round_check.verdict(protocol.decide(
-                parsed, step=step, window=window, pad=pad, total=total), parsed), parsed)
+            decision = protocol.decide(parsed, step=step, window=window, pad=pad, total=total,
+                                       ahead=ahead)
+            for verdict in (round_check.verdict, same_dataset.verdict):
+                decision = verdict(decision, parsed)
+            decision = group_proof.verdict(decision, parsed, step, groups)
             # a round carrying the template follows the decision that asks for it
             return decision.to_json(), decision.final and decision.template_from is None
 
@@ -212,7 +219,7 @@ class Pass:
     def _assemble(self) -> Handout:
         self._doing = Stage.READING  # a pass of known length reads each batch only now
         local = self._reader.take()
-        self._doing = Stage.ASSEMBLING
+        self._doing, self._assembled = Stage.ASSEMBLING, None if local is None else local.digest
         if local is None and not self._pad:
             raise RuntimeError(
                 f"this process's pipeline ended at step {self._step}, before the step count "
@@ -227,7 +234,7 @@ class Pass:
                 treedef = jax.tree_util.tree_structure(padded)
                 leaves = jax.tree_util.tree_leaves(padded)
             else:
-                treedef, leaves, self._position = local
+                treedef, leaves, self._position = local.treedef, local.leaves, local.position
             if self._recorder is not None:  # this process's real rows, before padding
                 self._recorder.add(self._step, None if local is None else
                                    jax.tree_util.tree_unflatten(treedef, leaves))
@@ -275,7 +282,7 @@ class Pass:
             return
         self._ended, report = True, Report(error=text, stage=stage, step=step)
         try:
-            self._exchange.round(report.to_json(), _ended_by_report, ends=True)
+            self._exchange.round(report.to_json(), protocol.ended_by_report, ends=True)
         except Exception:  # noqa: BLE001 - the process's own exception is what it raises
             pass
 
@@ -289,12 +296,6 @@ class Pass:
             return
         self._ended = True
         try:  # the others end the pass
-            self._exchange.round(Report(stopped=True).to_json(), _ended_by_report, ends=True)
+            self._exchange.round(Report(stopped=True).to_json(), protocol.ended_by_report, ends=True)
         except Exception:  # noqa: BLE001 - stopping must not raise; the others time out
             pass
-
-
-def _ended_by_report(reports: Reports) -> tuple[str, bool]:
-    """The leader's decision when its own report (a failure or a stop) ends the pass."""
-    decision = protocol.decide(protocol.parse(reports), step=0, window=1, pad=False)
-    return decision.to_json(), True

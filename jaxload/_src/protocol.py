@@ -11,7 +11,9 @@ error still names which processes have which shapes.
 
 Where every process knows how many batches its pipeline holds (a Grain ``MapDataset``'s ``len``,
 a tf.data ``cardinality()``), the first round fixes the pass's step count and agrees on up to
-:data:`MAX_KNOWN_WINDOW` of its steps; later rounds, as far apart, only carry failures.
+:data:`MAX_KNOWN_WINDOW` of its steps; later rounds, as far apart, only carry failures, and a
+last one after the last step ends the pass on every process together (a process that failed,
+or that went on to another loader or check, is found there, not after the others have left).
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class Report(_Compact):
         this process assembled that step before the round (:mod:`~jaxload._src.round_check`).
       dataset: first round only: what this process says of the dataset it shards (its length,
         a hash of a few elements), compared between processes (:mod:`~jaxload._src.same_dataset`).
+      rows: in a loading group of several processes, the digests of the batches it has ready,
+        from the round's first step on (:mod:`~jaxload._src.group_proof`); else None.
     """
 
     ready: int = 0
@@ -84,6 +88,7 @@ class Report(_Compact):
     signature: str | None = None
     check: dict[str, Any] | None = None
     dataset: dict[str, Any] | None = None
+    rows: list[str] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +112,9 @@ class Decision(_Compact):
         name and message), which every process raises.
       refused: the processes shard different datasets (what differs, and on which processes):
         the pass ends before its first step and every process raises a ValueError with it.
+      diverged: the processes of a loading group read different rows at step ``count`` of the
+        round (:mod:`~jaxload._src.group_proof`): every process hands out the ``count`` steps
+        before it, then raises a ReplicationError with this message.
     """
 
     count: int = 0
@@ -121,6 +129,7 @@ class Decision(_Compact):
     checked: bool = False
     check_error: list[str] | None = None
     refused: str | None = None
+    diverged: str | None = None
 
     @property
     def final(self) -> bool:
@@ -129,7 +138,7 @@ class Decision(_Compact):
 
 
 def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,
-           total: int | None = None) -> Decision:
+           total: int | None = None, ahead: bool = False) -> Decision:
     """The decision of a round: the same reports give the same decision on every process.
 
     Args:
@@ -139,6 +148,8 @@ def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,
       pad: ``remainder="pad"``: go on while any process has data (the others pad), else stop
         at the first step some process cannot fill.
       total: the pass's step count, if an earlier round fixed it.
+      ahead: every round agrees only on the window read ahead, also where the step count is
+        known (a loading group proving its rows: :mod:`~jaxload._src.group_proof`).
 
     Example:
       >>> decide({0: Report(ready=2, digest="ab"), 1: Report(ready=1, digest="ab")},
@@ -164,16 +175,17 @@ refused=None)
         remaining = _known_total(reports, pad)
         total = remaining if remaining in (None, INFINITE) else step + remaining
     nbytes = max((r.nbytes for r in reports.values()), default=0)
+    read_window = max(1, min(2 * window, MAX_WINDOW, WINDOW_BYTES // max(nbytes, 1)))
     if total is not None:  # no read-ahead: rounds only carry failures, MAX_KNOWN_WINDOW apart
         left = total - step if total != INFINITE else MAX_KNOWN_WINDOW
-        count = min(left, MAX_KNOWN_WINDOW)
-        more = total == INFINITE or step + count < total
-        next_window = MAX_KNOWN_WINDOW
+        count = min(left, max(window, 1) if ahead else MAX_KNOWN_WINDOW)
+        more = total == INFINITE or count > 0  # a round at the end: no process ends alone
+        next_window = read_window if ahead else MAX_KNOWN_WINDOW
     else:
         counts = [r.ready for r in reports.values()]
         count = max(counts) if pad else min(counts)
         more = count == window
-        next_window = max(1, min(2 * window, MAX_WINDOW, WINDOW_BYTES // max(nbytes, 1)))
+        next_window = read_window
     template_from = None
     if pad and count and any(r.needs_template for r in reports.values()) and kinds:
         template_from = min(next(iter(kinds.values())))
@@ -202,6 +214,11 @@ def mismatch_error(step: int, signatures: dict[int, str], groups: dict[str, list
     return (f"at step {step} the processes' batches differ in structure, feature shapes or "
             f"dtypes (shapes shown without the batch dim), so they cannot form one global "
             f"batch:\n{described}")
+
+
+def ended_by_report(reports: Reports) -> tuple[str, bool]:
+    """The leader's decision when its own report (a failure or a stop) ends the pass."""
+    return decide(parse(reports), step=0, window=1, pad=False).to_json(), True
 
 
 def parse(reports: Reports) -> dict[int, Report]:

@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxload._src import signature
 from jaxload._src.assemble import check_local_batch
+from jaxload._src.group_proof import digest
 from jaxload._src.plan import Plan
 from jaxload._src.records import Recorder
 from jaxload._src.remainder import check_paddable
@@ -21,11 +22,13 @@ from jaxload._src.trees import HostBatch
 
 
 class Local(NamedTuple):
-    """A validated per-process batch: its tree structure, numpy leaves and backend position."""
+    """A validated per-process batch: its tree structure, numpy leaves and backend position,
+    and where the reader hashes batches, their digest (:func:`~jaxload._src.group_proof.digest`)."""
 
     treedef: Any
     leaves: list[np.ndarray]
     position: Any
+    digest: str | None = None
 
 
 class ReadAhead:
@@ -35,14 +38,17 @@ class ReadAhead:
     is how many batches it holds (``protocol.INFINITE`` for no end), its optional ``describe()``
     what it shards, as the processes compare it (:mod:`~jaxload._src.same_dataset`), called
     before the first read. ``watch(step, first)``
-    wraps each read, so that the watchdog finds a pipeline stuck in it.
+    wraps each read, so that the watchdog finds a pipeline stuck in it. ``digests``: hash each
+    batch (a loading group of several processes compares them).
     """
 
     def __init__(self, source: Iterable[tuple[HostBatch, Any]], plan_at: Callable[[int], Plan],
                  pad: bool, stats: Stats,
                  first_step: int,
                  recorder: Recorder | None = None,
-                 watch: Callable[[int, bool], ContextManager[None]] | None = None):
+                 watch: Callable[[int, bool], ContextManager[None]] | None = None,
+                 digests: bool = False):
+        self._digests = digests
         self.length = getattr(source, "length", None)
         self._describe = getattr(source, "describe", None)
         self._described: dict[str, Any] | None = None
@@ -102,7 +108,7 @@ class ReadAhead:
             type(a) is np.ndarray for a in leaves) else None
         if seen is not None and seen == self._seen:
             self.next_step += 1
-            return Local(treedef, leaves, position)
+            return Local(treedef, leaves, position, digest(leaves) if self._digests else None)
         named = check_local_batch(local, plan, partial=self._pad)
         leaves = [a for _, a in named]
         key = (treedef, tuple((a.dtype.str, a.shape[1:]) for a in leaves))
@@ -120,4 +126,4 @@ class ReadAhead:
                 "changing shape would also recompile the training step.")
         self._seen = seen
         self.next_step += 1
-        return Local(treedef, leaves, position)
+        return Local(treedef, leaves, position, digest(leaves) if self._digests else None)
