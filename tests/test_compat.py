@@ -15,7 +15,7 @@ def test_every_private_read_is_listed_and_has_a_test():
                       "data_loader_shard_options", "data_loader_operations", "drops_elements",
                       "data_loader_sampler", "grain_split_and_seeds", "grain_below_maps",
                       "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
-                      "tf_replay", "tf_is_tensor_slices", "tf_skips_in_place",
+                      "tf_replay", "tf_is_tensor_slices", "tf_skips_in_place", "tf_source_tensors",
                       "tf_repeat",
                       "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed"}
 
@@ -179,6 +179,12 @@ def test_a_shuffle_and_the_ops_over_it_are_rebuilt_as_they_were():
     assert compat.tf_one_to_one(tf.data.Dataset.range(4).batch(2)) is None
     assert compat.tf_is_tensor_slices(tf.data.Dataset.from_tensor_slices([1, 2]))
     assert not compat.tf_is_tensor_slices(tf.data.Dataset.range(2))
+    ids, labels = tf.constant([3, 1, 2]), tf.constant([7])
+    zipped = tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(ids),
+                                  tf.data.Dataset.from_tensors(labels).repeat())).map(
+        lambda a, b: a + b[0]).shuffle(4, seed=1)
+    assert [t.numpy().tolist() for t in compat.tf_source_tensors(zipped)] == [[3, 1, 2], [7]]
+    assert compat.tf_source_tensors(tf.data.Dataset.range(3).map(lambda x: x)) == []
     assert compat.tf_skips_in_place(tf.data.Dataset.range(2))
     assert not compat.tf_skips_in_place(tf.data.Dataset.range(2).take(1))
     assert compat.tf_repeat(tf.data.Dataset.range(2).repeat(3))[1] == 3

@@ -104,6 +104,18 @@ def pipeline(shape: str, root: str):
         return tf.data.Dataset.load(str(Path(root, "saved")), reader_func=lambda datasets:
                                     datasets.interleave(lambda d: d, cycle_length=1)).map(
             lambda i: {"id": i})
+    if shape in ("ids-shuffled", "ids-per-host", "ids-seeded"):  # ids prepared in Python
+        import jax
+        import numpy as np
+
+        p = jax.process_index()
+        if shape == "ids-shuffled":  # unseeded: each process draws its own order
+            ids = np.random.default_rng().permutation(48)
+        elif shape == "ids-per-host":  # a list that differs by host (one more id on process 1)
+            ids = np.arange(48 + p)
+        else:
+            ids = np.random.default_rng(5).permutation(48)
+        return tf.data.Dataset.from_tensor_slices(ids).map(lambda i: {"id": i})
     if shape == "names-repeated":
         return tf.data.Dataset.list_files(str(Path(root, "four", "*.tfrecord")),
                                           shuffle=False).repeat().interleave(
@@ -150,7 +162,8 @@ def run_all(root: str) -> dict:
 
 SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names",
           "sampled-sources", "unordered-names", "hint-after-shuffle", "set-seed", "generator",
-          "generated-names", "cycle-by-process", "load-ordered", "load-default", "names-repeated"]
+          "generated-names", "cycle-by-process", "load-ordered", "load-default", "names-repeated",
+          "ids-shuffled", "ids-per-host", "ids-seeded"]
 
 
 @pytest.fixture(scope="module")
@@ -266,6 +279,20 @@ def test_an_order_that_can_differ_between_processes_is_refused_from_the_graph(ru
 def test_an_order_the_graph_cannot_show_is_refused_at_the_first_round(runs, shape, what):
     refused(runs[shape], "the processes shard different datasets", what, "process [0]",
             "process [1]")
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("shape", ["ids-shuffled", "ids-per-host"])
+def test_arrays_that_differ_by_process_are_refused_at_the_first_round(runs, shape):
+    refused(runs[shape], "the processes shard different datasets", "the arrays under the "
+            "pipeline", "pass seed=", "process [0]", "process [1]")
+
+
+@pytest.mark.cluster
+def test_arrays_shuffled_alike_on_every_process_are_delivered_exactly(runs, root):
+    results = runs["ids-seeded"]
+    exactly(results, unsharded("ids-seeded", root))
+    assert results[0]["backend"] == "tf.data" and results[0]["warnings"] == []
 
 
 @pytest.mark.cluster

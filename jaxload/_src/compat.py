@@ -44,6 +44,8 @@ PRIVATE = (
                   "_preserve_cardinality; prefetch_op._PrefetchDataset._buffer_size; "
                   "gen_dataset_ops.shuffle_dataset_v3, map_dataset, parallel_map_dataset_v2"),
     ("tf_is_tensor_slices", "from_tensor_slices_op._TensorSliceDataset (its class name)"),
+    ("tf_source_tensors", "_TensorSliceDataset._tensors, from_tensors_op._TensorDataset._tensors, "
+                          "DatasetV2._inputs()"),
     ("tf_skips_in_place", "_TensorSliceDataset, range_op._RangeDataset (their class names)"),
     ("tf_repeat", "repeat_op._RepeatDataset._input_dataset, _count"),
     ("tf_iterator_state", "tf.data.Iterator._iterator_resource, "
@@ -233,6 +235,22 @@ def tf_shuffled(ds: Any, buffer_size: int, seeds: tuple[int, int], reshuffle: bo
         reshuffle_each_iteration=reshuffle, output_types=structure.get_flat_tensor_types(spec),
         output_shapes=structure.get_flat_tensor_shapes(spec))
     return dataset_ops._VariantDataset(variant, ds.element_spec)
+
+
+def tf_source_tensors(ds: Any) -> list[Any]:
+    """The tensors of every ``from_tensor_slices`` and ``from_tensors`` under ``ds``, depth
+    first (``_TensorSliceDataset._tensors``, ``_TensorDataset._tensors``, found through each
+    dataset's ``_inputs()``); none under a dataset rebuilt from a graph."""
+    found, todo, seen = [], [ds], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if type(node).__name__ in ("_TensorSliceDataset", "_TensorDataset"):
+            found.extend(node._tensors)
+        todo.extend(reversed(node._inputs()))
+    return found
 
 
 def tf_is_tensor_slices(ds: Any) -> bool:

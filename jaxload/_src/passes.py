@@ -61,9 +61,8 @@ class Handout(NamedTuple):
 class Pass:
     """One pass of a loader as a generator of :class:`Handout`\\ s (see the module docstring).
 
-    It works with what its :class:`~jaxload._src.pass_context.PassContext` holds;
-    ``context.failure`` tells it, when it is closed, whether the loop stopped because of a
-    failure of its own (the reshard), to report that instead of a stop.
+    It works with what its :class:`~jaxload._src.pass_context.PassContext` holds; when it is
+    closed, ``context.failure`` tells it whether the loop failed (the reshard): reported then.
     """
 
     def __init__(self, context: PassContext, source: Iterable[tuple[HostBatch, Any]],
@@ -81,7 +80,7 @@ class Pass:
         watch = functools.partial(context.watchdog.reading, context.exchange.prefix,
                                   limit_s=context.config.timeout_s)
         plan = context.plan  # a loading group of several processes proves its rows each step
-        self._proving = len(plan.loading_groups[plan.shard_index]) > 1
+        self._proving = len(plan.loading_groups[plan.shard_index]) > 1 and self._check_period > 0
         self._reader = ReadAhead(source, self._plan_at, self._pad, self._stats, self._step,
                                  context.recorder, watch, digests=self._proving)
         self._template: str | None = None  # the signature to pad with, if this process has none

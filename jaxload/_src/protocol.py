@@ -156,7 +156,7 @@ def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,
       ...        step=0, window=2, pad=False)
       Decision(count=1, more=False, window=4, total=None, error=None, stopped=None, \
 mismatch=None, template_from=None, template=None, checked=False, check_error=None, \
-refused=None)
+refused=None, diverged=None)
     """
     failed = {p: r for p, r in reports.items() if r.error is not None}
     if failed:

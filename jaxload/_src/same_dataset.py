@@ -25,7 +25,10 @@ MAX_VALUES = 4  # distinct values named per field in a message (the others count
 MAX_MESSAGE = 2000  # characters of the refusal every process reads from the store
 LABELS = {"elements": "the hash of a few elements at the same indices",
           "sampler": "the sampler (without its shard options)",
-          "source_length": "the source's length", "records": "the hash of a few source records"}
+          "source_length": "the source's length", "records": "the hash of a few source records",
+          "source rows": "the arrays under the pipeline (from_tensor_slices, from_tensors: a "
+                         "list shuffled in Python without a seed differs by process, e.g. Keras's "
+                         "*_dataset_from_directory or split_dataset with seed=None: pass seed=)"}
 _FIX = ("Every process must pass the same dataset (the same source and order, its random "
         "operations seeded alike, e.g. not by jax.process_index()); jaxload splits it between the "
         "loading groups.")

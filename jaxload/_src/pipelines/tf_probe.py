@@ -4,12 +4,14 @@ pass's first round (:mod:`jaxload._src.same_dataset`): what the graph cannot sho
 The graph shows most of what can give the processes different orders (an unseeded shuffle, an
 unordered interleave; :func:`~jaxload._src.pipelines.tf_order.order_varying`), but not a
 generator that yields in another order, a ``py_function``, a glob listed in another order, or
-an op jaxload does not know. So, split by files, each process hashes the file names it deals
-out (:mod:`~jaxload._src.pipelines.tf_names`, while counting them); split by elements, where
-the graph cannot show the order (:func:`~jaxload._src.pipelines.tf_order.unseen_order`), the
-first elements of the whole pipeline, read once per loader from its start with a second
-iterator (:data:`ELEMENTS_HASHED` at most: benchmarks/order_check.py gives the cost), and
-always the pipeline's structure (:func:`~jaxload._src.pipelines.tf_order.structure`: an
+an op jaxload does not know, nor the contents of the arrays it starts from. So, split by files,
+each process hashes the file names it deals out (:mod:`~jaxload._src.pipelines.tf_names`, while
+counting them); split by elements, the arrays under the pipeline (``from_tensor_slices``,
+``from_tensors``: ids shuffled in Python or listed per host differ there), where the graph cannot
+show the order (:func:`~jaxload._src.pipelines.tf_order.unseen_order`) the first elements of the
+whole pipeline, read once per loader from its start with a second iterator
+(:data:`ELEMENTS_HASHED` at most: benchmarks/order_check.py gives the cost), and always the
+pipeline's structure (:func:`~jaxload._src.pipelines.tf_order.structure`: an
 interleave's cycle length set from the CPU count shows there). They must be equal on every
 process.
 
@@ -18,10 +20,10 @@ Example:
   >>> from jaxload._src.pipelines.tf_files import Sharding
   >>> plan = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4)).plan(
   ...     global_batch_size=8, process_index=0)
-  >>> probe = Probe(tf.data.Dataset.range(100), plan, Sharding("elements"), batched=False,
-  ...               unseen=["GeneratorDataset"])
+  >>> ds = tf.data.Dataset.from_tensor_slices(np.arange(100))
+  >>> probe = Probe(ds, plan, Sharding("elements"), batched=False, unseen=["GeneratorDataset"])
   >>> probe.described()["same"]
-  {'pipeline': None, 'first elements': '8 hashed: ...'}
+  {'pipeline': None, 'source rows': '1 arrays of 100 rows, hashed ...', 'first elements': '8 hashed: ...'}
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ import itertools
 from typing import Any
 
 import numpy as np
+import xxhash
 
+from jaxload._src import compat
 from jaxload._src.pipelines.tf_files import ELEMENTS, FILES, Sharding
 from jaxload._src.plan import Plan
 from jaxload._src.same_dataset import Described
@@ -44,8 +48,10 @@ class Probe:
     """This process's description of the pipeline it splits (see the module)."""
 
     def __init__(self, ds: Any, plan: Plan, sharding: Sharding, batched: bool,
-                 unseen: list[str] | None = None, structure: str | None = None):
+                 unseen: list[str] | None = None, structure: str | None = None,
+                 sources: Any = None):
         self._ds, self._plan, self._sharding, self._batched = ds, plan, sharding, batched
+        self._sources = ds if sources is None else sources  # the user's own dataset objects
         self._unseen = unseen  # what the graph cannot show of its order (None: unknown)
         self._structure = structure  # the pipeline's ops, compared where split by elements
         self._found: dict[str, Any] | None = None
@@ -63,10 +69,28 @@ class Probe:
                 same = {"file names": f"{names.count} from {names.first!r}, hashed: "
                                       f"{names.digest}"}
             else:
-                same = {"pipeline": self._structure,
+                same = {"pipeline": self._structure, "source rows": self._source_rows(),
                         "first elements": None if self._unseen == [] else self._elements()}
             self._found = Described(same, plan.shard_index, plan.shard_count).to_json()
         return self._found
+
+    def _source_rows(self) -> str | None:
+        """A hash of the arrays under the pipeline (its ``from_tensor_slices`` and
+        ``from_tensors``: ids shuffled or listed per host differ here), XXH3 of their bytes; None
+        where there are none. About 0.1 s per GB, once per loader."""
+        tensors = compat.tf_source_tensors(self._sources)
+        if not tensors:
+            return None
+        digest, rows = xxhash.xxh3_64(), 0
+        for tensor in tensors:
+            array = np.asarray(tensor)  # a view of the tensor's buffer on CPU, no copy
+            rows += array.shape[0] if array.ndim else 1
+            digest.update(f"{array.dtype.str}{array.shape};".encode())
+            if array.dtype == object:  # strings (file names)
+                digest.update(b"".join(len(b).to_bytes(8, "little") + b for b in array.ravel()))
+            else:
+                digest.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+        return f"{len(tensors)} arrays of {rows} rows, hashed {digest.hexdigest()}"
 
     def _elements(self) -> str:
         """A hash of the pipeline's first elements, read from its start."""

@@ -59,7 +59,7 @@ class TfDataset:
     def __init__(self, ds: Any, plan: Plan, *, global_batch_size: int, shard: bool | str,
                  batched: bool, remainder: str):
         check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
-        graph = read_graph(ds)
+        graph, user = read_graph(ds), ds
         self._symbolic = graph.symbolic()
         if self._symbolic and graph.ops() & PARALLEL_INTERLEAVES:  # else nothing to rebuild
             ds = sequential_interleaves(ds)
@@ -73,7 +73,7 @@ class TfDataset:
         elif self.sharding.mode == HINT and graph.caches_to_files():
             self._share = with_own_caches(self._share, plan, HINT)
         self._same = _Probe(self._ds, plan, self.sharding, batched, unseen_order(graph),
-                            structure(graph))
+                            structure(graph), sources=user)
         self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
             f"tf.data/{self.sharding.mode}")
         self._save = saveable(graph)
