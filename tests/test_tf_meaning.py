@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_tf_files import write_files
 
@@ -116,6 +117,14 @@ def pipeline(shape: str, root: str):
         else:
             ids = np.random.default_rng(5).permutation(48)
         return tf.data.Dataset.from_tensor_slices(ids).map(lambda i: {"id": i})
+    if shape in ("keras-default", "keras-seeded"):  # Keras's image tutorial's first line
+        import keras
+
+        images = keras.utils.image_dataset_from_directory(
+            str(Path(root, "images")), image_size=(4, 4), batch_size=None,
+            seed=None if shape == "keras-default" else 7)
+        return images.map(lambda x, y: {"id": tf.cast(x[0, 0, 0], tf.int64) * 10 + tf.cast(
+            y, tf.int64)})
     if shape == "names-repeated":
         return tf.data.Dataset.list_files(str(Path(root, "four", "*.tfrecord")),
                                           shuffle=False).repeat().interleave(
@@ -163,7 +172,7 @@ def run_all(root: str) -> dict:
 SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names",
           "sampled-sources", "unordered-names", "hint-after-shuffle", "set-seed", "generator",
           "generated-names", "cycle-by-process", "load-ordered", "load-default", "names-repeated",
-          "ids-shuffled", "ids-per-host", "ids-seeded"]
+          "ids-shuffled", "ids-per-host", "ids-seeded", "keras-default", "keras-seeded"]
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +184,11 @@ def root(tmp_path_factory) -> str:
     write_files(root / "two", LONG)
     (root / "cache").mkdir()
     tf.data.Dataset.range(24).save(str(root / "saved"))
+    for name in "ab":
+        (root / "images" / name).mkdir(parents=True)
+    for i in range(12):  # 12 images of 4x4 pixels in two classes, each with its own first pixel
+        pixels = np.full((4, 4, 3), 10 * i + 5, np.uint8)
+        tf.io.write_file(str(root / "images" / "ab"[i % 2] / f"{i}.png"), tf.io.encode_png(pixels))
     return str(root)
 
 
@@ -282,16 +296,17 @@ def test_an_order_the_graph_cannot_show_is_refused_at_the_first_round(runs, shap
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("shape", ["ids-shuffled", "ids-per-host"])
+@pytest.mark.parametrize("shape", ["ids-shuffled", "ids-per-host", "keras-default"])
 def test_arrays_that_differ_by_process_are_refused_at_the_first_round(runs, shape):
     refused(runs[shape], "the processes shard different datasets", "the arrays under the "
             "pipeline", "pass seed=", "process [0]", "process [1]")
 
 
 @pytest.mark.cluster
-def test_arrays_shuffled_alike_on_every_process_are_delivered_exactly(runs, root):
-    results = runs["ids-seeded"]
-    exactly(results, unsharded("ids-seeded", root))
+@pytest.mark.parametrize("shape", ["ids-seeded", "keras-seeded"])
+def test_arrays_shuffled_alike_on_every_process_are_delivered_exactly(runs, root, shape):
+    results = runs[shape]
+    exactly(results, unsharded(shape, root))
     assert results[0]["backend"] == "tf.data" and results[0]["warnings"] == []
 
 
