@@ -125,6 +125,10 @@ def pipeline(shape: str, root: str):
             seed=None if shape == "keras-default" else 7)
         return images.map(lambda x, y: {"id": tf.cast(x[0, 0, 0], tf.int64) * 10 + tf.cast(
             y, tf.int64)})
+    if shape == "names-with-labels":  # a label per file, read with it
+        labels = tf.data.Dataset.from_tensor_slices((files, tf.range(len(files), dtype=tf.int64)))
+        return labels.interleave(lambda name, label: tf.data.TFRecordDataset(name).map(
+            lambda r: {"id": parse(r)["id"] * 10 + label}), cycle_length=2)
     if shape == "names-repeated":
         return tf.data.Dataset.list_files(str(Path(root, "four", "*.tfrecord")),
                                           shuffle=False).repeat().interleave(
@@ -172,7 +176,8 @@ def run_all(root: str) -> dict:
 SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names",
           "sampled-sources", "unordered-names", "hint-after-shuffle", "set-seed", "generator",
           "generated-names", "cycle-by-process", "load-ordered", "load-default", "names-repeated",
-          "ids-shuffled", "ids-per-host", "ids-seeded", "keras-default", "keras-seeded"]
+          "ids-shuffled", "ids-per-host", "ids-seeded", "keras-default", "keras-seeded",
+          "names-with-labels"]
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +269,13 @@ def test_a_cache_to_a_file_gets_a_file_per_process_under_file_sharding(runs, roo
     written = sorted(p.name for p in Path(root, "cache").iterdir())
     assert any(".0-of-2.process-0" in name for name in written), written
     assert any(".1-of-2.process-1" in name for name in written), written
+
+
+@pytest.mark.cluster
+def test_file_names_with_a_label_each_are_sharded_by_files_with_their_labels(runs, root):
+    results = runs["names-with-labels"]
+    exactly(results, unsharded("names-with-labels", root))
+    assert results[0]["backend"] == "tf.data/files" and results[0]["warnings"] == []
 
 
 @pytest.mark.cluster

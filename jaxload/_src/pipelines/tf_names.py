@@ -79,39 +79,56 @@ def inserted_shards(graph: Any) -> list[str]:
 
 def _names(graph: Any, start: str, shard: Any) -> Any:
     """The dataset of names that node ``start`` of ``graph`` yields into ``shard`` (each a name,
-    or a list of names an interleave reads together)."""
+    or a list of names an interleave reads together; or a tuple of those and other values, such
+    as a label per file, all of which are hashed)."""
     import tensorflow as tf
 
     names = type(graph)()
     names.CopyFrom(graph)
     retval(names).input[0] = start
-    shape = tf.TensorShape(shard.attr["output_shapes"].list.shape[0])
-    return compat.tf_from_graph(names, tf.TensorSpec(shape, tf.string))
+    specs = tuple(tf.TensorSpec(tf.TensorShape(shape), tf.dtypes.as_dtype(dtype)) for shape, dtype
+                  in zip(shard.attr["output_shapes"].list.shape,
+                         shard.attr["output_types"].list.type, strict=True))
+    return compat.tf_from_graph(names, specs[0] if len(specs) == 1 else specs)
 
 
 def _hash_names(names: Any, digest: Any) -> tuple[int, str]:
     """``(count, first name)`` of ``names``, each name added to ``digest``; at most
     :data:`LIMIT`. The first :data:`_ONE_BY_ONE` are read one by one (new ops on a dataset
     rebuilt from a graph cost tf.data about 20 ms to set up), the rest in batches."""
+    import tensorflow as tf
+
     count, first = 0, ""
     for value in names:
-        flat = np.asarray(value.numpy()).reshape(-1)
-        first = first or (flat[0].decode(errors="replace") if len(flat) else "")
+        flat = _flat(value)
+        first = first or next((v.decode(errors="replace") for v in flat if type(v) is bytes), "")
         digest.update(b"\0".join(flat) + b"\0")
         count += 1
         if count == _ONE_BY_ONE:
             break
-    if count == _ONE_BY_ONE and names.element_spec.shape.is_fully_defined():
+    if count == _ONE_BY_ONE and all(spec.shape.is_fully_defined()
+                                    for spec in tf.nest.flatten(names.element_spec)):
         for batch in names.skip(count).take(LIMIT - count).batch(_BATCH):
-            values = np.asarray(batch.numpy())
-            count += len(values)
-            digest.update(b"\0".join(values.reshape(-1)) + b"\0")
+            values = _flat(batch)
+            count += len(tf.nest.flatten(batch)[0])
+            digest.update(b"\0".join(values) + b"\0")
     elif count == _ONE_BY_ONE:
         for value in names.skip(count).take(LIMIT - count):
-            digest.update(b"\0".join(np.asarray(value.numpy()).reshape(-1)) + b"\0")
+            digest.update(b"\0".join(_flat(value)) + b"\0")
             count += 1
     digest.update(b"|")
     return count, first
+
+
+def _flat(value: Any) -> list[bytes]:
+    """Every name in ``value`` (a tensor of names, or a tuple with other values, which count by
+    their text), as bytes in order."""
+    import tensorflow as tf
+
+    parts = [np.asarray(part.numpy()).reshape(-1) for part in tf.nest.flatten(value)]
+    if len(parts) == 1 and parts[0].dtype == object:  # names alone: as they are
+        return list(parts[0])
+    return [v if type(v) is bytes else str(v).encode() for part in parts for v in part]
 
 
 def retval(graph: Any) -> Any:
