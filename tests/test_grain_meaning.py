@@ -72,6 +72,11 @@ def _map_shapes(layout, plan) -> dict:
             _source(range(ROWS + 4 * p)), layout, **load),
         "file order by process": lambda: jaxload.from_grain(
             files([0, 1, 2, 3] if p == 0 else [2, 0, 3, 1]), layout, **load),
+        # an index shuffled alike, mapped to paths listed in another order on each host (an
+        # unsorted glob): the order is decided in the top map
+        "paths by host in the top map": lambda: jaxload.from_grain(
+            grain.MapDataset.range(ROWS).shuffle(seed=3).map(
+                lambda i: _element(list(range(ROWS))[::1 - 2 * p][i])), layout, **load),
         "filter": lambda: jaxload.from_grain(
             grain.MapDataset.range(2 * ROWS).filter(lambda i: i % 2 == 0).map(_element),
             layout, **load),
@@ -154,6 +159,8 @@ REFUSED = {
                                       r"pass the whole dataset, or keep your split",
     "length by process": r"length 64 on process \[0\], 68 on process \[1\]",
     "file order by process": r"the processes shard different datasets: the hash of a few elements",
+    "paths by host in the top map": r"the processes shard different datasets: the hash of a few "
+                                    r"elements as the pipeline yields them",
     "filter": r"from_grain got a MapDataset that drops elements \(filter or flat_map\) to split "
               r"over shard_count=2 loading groups",
     "random_map after own split": r"loading groups \[0-1\] draw the same random sequence: .* "

@@ -55,7 +55,7 @@ def test_groups_of_one_and_ended_decisions_are_left_alone():
 def test_a_proving_pass_of_known_length_agrees_window_by_window():
     rs = {p: Report(ready=1, digest="d", length=100) for p in range(2)}
     first = protocol.decide(rs, step=0, window=1, pad=False, ahead=True)
-    assert (first.total, first.count, first.more, first.window) == (100, 1, True, 2)
+    assert (first.total, first.count, first.more, first.window) == (100, 1, True, 4)
     later = protocol.decide(rs, step=99, window=16, pad=False, total=100, ahead=True)
     assert (later.count, later.more) == (1, True)
     end = protocol.decide(rs, step=100, window=16, pad=False, total=100, ahead=True)

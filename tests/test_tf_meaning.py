@@ -129,6 +129,10 @@ def pipeline(shape: str, root: str):
         labels = tf.data.Dataset.from_tensor_slices((files, tf.range(len(files), dtype=tf.int64)))
         return labels.interleave(lambda name, label: tf.data.TFRecordDataset(name).map(
             lambda r: {"id": parse(r)["id"] * 10 + label}), cycle_length=2)
+    if shape == "names-taken":  # a random subset of the files (seeded: the same on every process)
+        return tf.data.Dataset.list_files(str(Path(root, "four", "*.tfrecord")), shuffle=True,
+                                          seed=5).take(2).interleave(
+            tf.data.TFRecordDataset, cycle_length=1).map(parse)
     if shape == "names-repeated":
         return tf.data.Dataset.list_files(str(Path(root, "four", "*.tfrecord")),
                                           shuffle=False).repeat().interleave(
@@ -177,7 +181,7 @@ SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names"
           "sampled-sources", "unordered-names", "hint-after-shuffle", "set-seed", "generator",
           "generated-names", "cycle-by-process", "load-ordered", "load-default", "names-repeated",
           "ids-shuffled", "ids-per-host", "ids-seeded", "keras-default", "keras-seeded",
-          "names-with-labels"]
+          "names-with-labels", "names-taken"]
 
 
 @pytest.fixture(scope="module")
@@ -241,6 +245,7 @@ def refused(results: list[dict], *words: str) -> None:
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("shape, op", [("take", "take (TakeDataset"),
+                                       ("names-taken", "take (TakeDataset, on the file names"),
                                        ("skip", "skip (SkipDataset"),
                                        ("user-shard", "pass shard=False"),
                                        ("sampled-sources", "sample_from_datasets")])
@@ -248,8 +253,9 @@ def test_an_op_that_would_change_under_file_sharding_falls_back_to_elements(runs
                                                                              op):
     results = runs[shape]
     exactly(results, unsharded(shape, root))
-    warned(results, op, "apply it before the files are read" if shape != "sampled-sources"
-           else "TensorFlow's file sharding cannot split it")
+    warned(results, op, {"sampled-sources": "TensorFlow's file sharding cannot split it",
+                         "names-taken": "choose the files in Python"}.get(
+        shape, "apply it before the files are read"))
     assert results[0]["backend"] == "tf.data"
 
 

@@ -10,8 +10,9 @@ differs by process), so the rows themselves are compared:
 - each such process hashes every batch it reads (:func:`digest`: XXH3-64 over each leaf's
   dtype, shape and bytes, 16 hex digits), and its report carries the digests of the batches it
   has ready, from the round's first step on;
-- such a pass reads each round's window ahead (as where lengths are unknown), so the round that
-  agrees on a step has its digests before any process hands it out;
+- such a pass reads each round's window ahead (as where lengths are unknown; 1 step, then 4,
+  16, 64, up to :data:`~jaxload._src.protocol.MAX_KNOWN_WINDOW` where they are known), so the round
+  that agrees on a step has its digests before any process hands it out;
 - the leader compares them per group and step (:func:`verdict`); every process hands out the
   steps before the first one that differs, then raises the same :class:`~jaxload.ReplicationError`
   naming that step, the group and which processes hold which rows.

@@ -175,7 +175,10 @@ refused=None, diverged=None)
         remaining = _known_total(reports, pad)
         total = remaining if remaining in (None, INFINITE) else step + remaining
     nbytes = max((r.nbytes for r in reports.values()), default=0)
-    read_window = max(1, min(2 * window, MAX_WINDOW, WINDOW_BYTES // max(nbytes, 1)))
+    # a loading group proving a pass of known length reads up to MAX_KNOWN_WINDOW ahead, its
+    # windows growing 4-fold (its rounds are an overhead, not the way to find the pass's end)
+    most, grows = (MAX_KNOWN_WINDOW, 4) if ahead and total is not None else (MAX_WINDOW, 2)
+    read_window = max(1, min(grows * window, most, WINDOW_BYTES // max(nbytes, 1)))
     if total is not None:  # no read-ahead: rounds only carry failures, MAX_KNOWN_WINDOW apart
         left = total - step if total != INFINITE else MAX_KNOWN_WINDOW
         count = min(left, max(window, 1) if ahead else MAX_KNOWN_WINDOW)

@@ -24,6 +24,8 @@ ALL, GROUP = "all", "group"  # compared between every process, or within a loadi
 MAX_VALUES = 4  # distinct values named per field in a message (the others counted)
 MAX_MESSAGE = 2000  # characters of the refusal every process reads from the store
 LABELS = {"elements": "the hash of a few elements at the same indices",
+          "yielded": "the hash of a few elements as the pipeline yields them (after its maps) at "
+                     "the same indices",
           "sampler": "the sampler (without its shard options)",
           "source_length": "the source's length", "records": "the hash of a few source records",
           "source rows": "the arrays under the pipeline (from_tensor_slices, from_tensors: a "

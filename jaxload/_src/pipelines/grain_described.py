@@ -5,7 +5,10 @@ once per loader and sent in every pass's first round:
 
 - a ``MapDataset``: its length and a hash of :data:`ELEMENTS` elements at indices every process
   draws alike from the length, read below its top maps (which keep the order, and may cost a
-  decode per element) and read twice (elements that change between readings are not compared);
+  decode per element), and of a few elements as the pipeline yields them (its top maps can
+  decide what an index holds: paths listed per host, looked up by a shuffled index), about 1% of
+  a pass's reads, at least 2; each read twice (elements that change between readings are not
+  compared);
 - a ``DataLoader``: its sampler without the shard options, its source's length, its operations
   and a hash of :data:`RECORDS` source records;
 - a dataset the user split (``shard=False``): the seeds of its random maps after the split must
@@ -62,6 +65,8 @@ def map_dataset(ds: Any, plan: Plan, *, shard: bool) -> Describe | None:
     def describe() -> dict[str, Any]:
         below = compat.grain_below_maps(ds)  # the same order, without the maps' cost
         same = {"length": len(ds), "elements": stable_hash(below, sample(len(below), ELEMENTS))}
+        if below is not ds:  # what the top maps make of a few of them
+            same["yielded"] = stable_hash(ds, sample(len(ds), min(ELEMENTS, len(ds) // 100)))
         return Described(same, plan.shard_index, plan.shard_count, ALL if shard else GROUP,
                          split=split, seeds=None if shard else seeds).to_json()
 

@@ -87,8 +87,9 @@ class Blocking:
     change: str
 
     def __str__(self) -> str:
-        place = "right after the files are read" if self.after <= 1 else (
-            f"{self.after} ops after the files are read")
+        place = "right after the files are read" if self.after == 1 else (
+            f"{self.after} ops after the files are read" if self.after > 1 else
+            "on the file names, before they are read")
         return f"{self.call} ({self.op}, {place}): {self.change}"
 
 
@@ -107,7 +108,34 @@ def blocking(graph: Any) -> Blocking | None:
         if why is not None:
             call, change = why
             found.append((depth, Blocking(node.op, call, depth, change)))
+    for name in _names_ops(nodes, reading):  # TensorFlow shards the names below these
+        call = _CALLS[nodes[name].op][0]
+        found.append((0, Blocking(nodes[name].op, call, 0, _ON_NAMES.format(call=call))))
     return min(found, key=lambda found: found[0])[1] if found else None
+
+
+_ON_NAMES = ("TensorFlow's file sharding splits the file names where they are listed, before "
+             "the {call}, so each loading group would apply it to its own share of the names "
+             "instead of all of them")
+
+
+def _names_ops(nodes: dict[str, Any], reading: dict[str, int]) -> list[str]:
+    """The ops that count or position the file names (``take``, ``skip``, ``shard``...: those of
+    :data:`_CALLS`) between where they are listed and the interleave (or flat_map) that reads
+    them."""
+    found, todo, seen = [], [], set()
+    for name, depth in reading.items():
+        if depth == 0 and nodes[name].op not in READERS:  # reads the files its input names
+            todo.extend(dataset_inputs(nodes[name], nodes)[:1])
+    while todo:
+        name = todo.pop()
+        if name in seen or name in reading:
+            continue
+        seen.add(name)
+        if nodes[name].op in _CALLS and nodes[name].op != "ConcatenateDataset":
+            found.append(name)
+        todo.extend(dataset_inputs(nodes[name], nodes))
+    return found
 
 
 def _why_blocked(node: Any, inputs: list[str], reading: dict[str, int]) -> tuple[str, str] | None:
