@@ -92,8 +92,10 @@ def test_small_and_uneven_global_batches_are_padded(clusters, topology):
             shards_0 = r["steps"][0]["['id']"]["shards"]
             start, stop = min(s[2] for s in shards_0), max(s[3] for s in shards_0)
             reads = expected_reads(start, stop, gbs)
-            if backend == "grain":
-                assert r["reads"] == reads, (layout_name, gbs, start, stop, r["reads"])
+            if backend == "grain":  # and the first and last element, read twice by the first
+                # round's comparison of the processes' datasets (none on a group of padding)
+                described = 4 if reads else 0
+                assert r["reads"] == reads + described, (layout_name, gbs, start, stop, r["reads"])
             else:  # tf.data reads the others' elements to skip them, but a padding group none
                 assert (r["reads"] == 0) == (reads == 0), (layout_name, gbs, start, r["reads"])
         idle += sum(expected_reads(*_block(r), gbs) == 0 for r in results)

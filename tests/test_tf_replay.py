@@ -487,3 +487,50 @@ def test_a_repeat_over_the_shuffle_split_by_elements_resumes_exactly():
     for stop in (3, 5, 10):
         again = share(repeated(), plan(4, 2))
         assert ids(again.batches(whole[stop - 1][1])) == ids(whole)[stop:], stop
+
+
+def _state_of(ds, steps: int = 3) -> dict:
+    loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=16)
+    batches = iter(loader)
+    for _ in range(steps):
+        next(batches)
+    state = json.loads(json.dumps(loader.get_state()))
+    batches.close()
+    return state
+
+
+def _restored(state: dict, ds):
+    loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=16)
+    loader.set_state(state)
+    return loader
+
+
+@pytest.mark.parametrize("other", [
+    lambda: tutorial(seed=2),  # replayed: another shuffle seed
+    lambda: tutorial(seed=2).filter(lambda e: e["id"] >= 0),  # an iterator checkpoint
+    lambda: tutorial().map(lambda e: {**e, "image": e["image"] + 1.0}),  # another map
+    lambda: tf.data.Dataset.from_tensor_slices(  # other arrays of the same shapes
+        {"id": np.arange(N)[::-1].copy(), "image": np.zeros((N, 2, 2, 3), np.float32)}).shuffle(
+        64, seed=1),
+])
+def test_a_state_restored_into_another_pipeline_is_refused_by_name(other):
+    mine = tutorial(seed=1) if other().cardinality() == N else tutorial(seed=1).filter(
+        lambda e: e["id"] >= 0)
+    state = _state_of(mine)
+    with pytest.raises(ValueError, match=r"the state was taken with fingerprint='\w+', this "
+                                         r"loader has fingerprint='\w+'; a state continues only "
+                                         r"the same pipeline"):
+        _restored(state, other())
+
+
+def test_a_state_restored_into_the_same_pipeline_rebuilt_continues():
+    state = _state_of(tutorial())
+    loader = _restored(state, tutorial())
+    rest = [b["id"].tolist() for b in (jax_numpy(batch) for batch in loader)]
+    assert len(rest) == N // 16 - 3
+    whole = [int(e["id"]) for e in tutorial()]
+    assert sum(rest, []) == whole[3 * 16 : (N // 16) * 16]
+
+
+def jax_numpy(batch):
+    return {k: np.asarray(v) for k, v in batch.items()}

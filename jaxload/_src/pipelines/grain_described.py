@@ -55,8 +55,10 @@ def with_description(batches: LocalBatches, describe: Describe | None) -> LocalB
     return described
 
 
-def map_dataset(ds: Any, plan: Plan, *, shard: bool) -> Describe | None:
-    """A ``MapDataset``'s description (made on first use); None in a single process."""
+def map_dataset(ds: Any, plan: Plan, *, shard: bool, reads: bool = True) -> Describe | None:
+    """A ``MapDataset``'s description (made on first use); None in a single process.
+    ``reads=False``: this process's loading group holds only padding, so it reads no element
+    through the top maps (the others compare theirs)."""
     if jax.process_count() == 1:
         return None
     split, seeds = compat.grain_split_and_seeds(ds)
@@ -65,7 +67,7 @@ def map_dataset(ds: Any, plan: Plan, *, shard: bool) -> Describe | None:
     def describe() -> dict[str, Any]:
         below = compat.grain_below_maps(ds)  # the same order, without the maps' cost
         same = {"length": len(ds), "elements": stable_hash(below, sample(len(below), ELEMENTS))}
-        if below is not ds:  # what the top maps make of a few of them
+        if below is not ds and reads:  # what the top maps make of a few of them
             same["yielded"] = stable_hash(ds, sample(len(ds), min(ELEMENTS, len(ds) // 100)))
         return Described(same, plan.shard_index, plan.shard_count, ALL if shard else GROUP,
                          split=split, seeds=None if shard else seeds).to_json()

@@ -38,7 +38,8 @@ class GrainMapDataset:
         self._padded = plan.global_batch_size != global_batch_size
         if self._padded or (shard and plan.shard_count > 1):
             check_not_filtered(ds, plan, self._padded)
-        self._describe = grain_described.map_dataset(ds, plan, shard=shard)
+        self._describe = grain_described.map_dataset(
+            ds, plan, shard=shard, reads=not self._padded or rows_read(plan, global_batch_size) > 0)
         rows = plan.local_batch_size
         self._rows = max(rows_read(plan, global_batch_size), 1) if self._padded else rows
         self.batches = self.from_row(0)

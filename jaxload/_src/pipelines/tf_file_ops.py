@@ -108,33 +108,38 @@ def blocking(graph: Any) -> Blocking | None:
         if why is not None:
             call, change = why
             found.append((depth, Blocking(node.op, call, depth, change)))
-    for name in _names_ops(nodes, reading):  # TensorFlow shards the names below these
+    for name in _names_ops(nodes, reading):  # over a shuffle that TensorFlow moves below them
         call = _CALLS[nodes[name].op][0]
         found.append((0, Blocking(nodes[name].op, call, 0, _ON_NAMES.format(call=call))))
     return min(found, key=lambda found: found[0])[1] if found else None
 
 
-_ON_NAMES = ("TensorFlow's file sharding splits the file names where they are listed, before "
-             "the {call}, so each loading group would apply it to its own share of the names "
-             "instead of all of them")
+_ON_NAMES = ("TensorFlow's file sharding moves a shuffle of the file names after the split it "
+             "inserts, so the {call} would apply to the names in their listed order instead of "
+             "the shuffled one (another subset of the files)")
+_COUNTS = frozenset({"TakeDataset", "SkipDataset", "ShardDataset", "TakeWhileDataset"})
+_SHUFFLES = frozenset({"ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3",
+                       "ShuffleAndRepeatDataset", "ShuffleAndRepeatDatasetV2"})
 
 
 def _names_ops(nodes: dict[str, Any], reading: dict[str, int]) -> list[str]:
-    """The ops that count or position the file names (``take``, ``skip``, ``shard``...: those of
-    :data:`_CALLS`) between where they are listed and the interleave (or flat_map) that reads
-    them."""
-    found, todo, seen = [], [], set()
+    """The ops that count the file names (``take``, ``skip``, ``shard``) over a shuffle of them,
+    between where they are listed and the interleave (or flat_map) that reads them: TensorFlow's
+    file sharding moves the shuffle below them (``list_files(shuffle=True).take(n)``)."""
+    found = []
     for name, depth in reading.items():
-        if depth == 0 and nodes[name].op not in READERS:  # reads the files its input names
-            todo.extend(dataset_inputs(nodes[name], nodes)[:1])
-    while todo:
-        name = todo.pop()
-        if name in seen or name in reading:
+        if depth != 0 or nodes[name].op in READERS:  # not a read of the files its input names
             continue
-        seen.add(name)
-        if nodes[name].op in _CALLS and nodes[name].op != "ConcatenateDataset":
-            found.append(name)
-        todo.extend(dataset_inputs(nodes[name], nodes))
+        counting: list[str] = []  # count ops above the node visited, nearest the reads first
+        chain = dataset_inputs(nodes[name], nodes)[:1]
+        while chain and chain[0] not in reading:
+            node = nodes[chain[0]]
+            if node.op in _COUNTS:
+                counting.append(chain[0])
+            elif node.op in _SHUFFLES and counting:
+                found.append(counting[0])
+                break
+            chain = dataset_inputs(node, nodes)[:1]
     return found
 
 

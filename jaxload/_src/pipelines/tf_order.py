@@ -163,3 +163,22 @@ def structure(graph: DatasetGraph) -> str:
     digest = hashlib.blake2b(repr((ops, cycles)).encode(), digest_size=8).hexdigest()
     return f"{len(ops)} dataset ops, hashed {digest}" + (
         f"; interleave cycle lengths {cycles}" if cycles else "")
+
+
+def constants(graph: DatasetGraph) -> str:
+    """A hash of the values of the pipeline's top-level constants (seeds, buffer sizes, counts,
+    values a function captured) in graph order, less the rows of its in-memory sources (the probe
+    hashes those from the arrays): with :func:`structure`, what tells another pipeline apart when
+    a state is restored into it (a shuffle with another seed)."""
+    nodes = list(graph.graph.node) if graph.graph is not None else []
+    rows = {i.split(":")[0] for node in nodes if node.op in _SOURCES for i in node.input}
+    digest = hashlib.blake2b(digest_size=8)
+    for node in nodes:  # a resource's or variant's handle differs in every build
+        if node.op == "Const" and node.name not in rows and node.attr["dtype"].type not in (
+                _RESOURCE, _VARIANT):
+            digest.update(node.attr["value"].tensor.SerializeToString(deterministic=True))
+    return digest.hexdigest()
+
+
+_SOURCES = frozenset({"TensorSliceDataset", "TensorDataset", "SparseTensorSliceDataset"})
+_RESOURCE, _VARIANT = 20, 21  # tensorflow's DataType enum: DT_RESOURCE, DT_VARIANT

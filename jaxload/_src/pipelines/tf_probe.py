@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from typing import Any
@@ -49,9 +50,10 @@ class Probe:
 
     def __init__(self, ds: Any, plan: Plan, sharding: Sharding, batched: bool,
                  unseen: list[str] | None = None, structure: str | None = None,
-                 sources: Any = None):
+                 sources: Any = None, constants: str | None = None):
         self._ds, self._plan, self._sharding, self._batched = ds, plan, sharding, batched
         self._sources = ds if sources is None else sources  # the user's own dataset objects
+        self._constants = constants  # a hash of the graph's constants (tf_order.constants)
         self._unseen = unseen  # what the graph cannot show of its order (None: unknown)
         self._structure = structure  # the pipeline's ops, compared where split by elements
         self._found: dict[str, Any] | None = None
@@ -74,6 +76,14 @@ class Probe:
             self._found = Described(same, plan.shard_index, plan.shard_count).to_json()
         return self._found
 
+    def fingerprint(self) -> str:
+        """What a state records of the pipeline, checked when it is restored: its structure, its
+        constants (seeds, sizes) and the arrays under it (16 hex digits)."""
+        digest = hashlib.blake2b(digest_size=8)
+        digest.update(repr((self._structure, self._constants, self._source_rows())).encode())
+        return digest.hexdigest()
+
+    @functools.cache  # noqa: B019 - once per loader, which holds its probe
     def _source_rows(self) -> str | None:
         """A hash of the arrays under the pipeline (its ``from_tensor_slices`` and
         ``from_tensors``: ids shuffled or listed per host differ here), XXH3 of their bytes; None

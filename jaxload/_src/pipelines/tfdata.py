@@ -27,12 +27,7 @@ from jaxload._src.pipelines.tf_iterator import (
     positioning,
     saveable,
 )
-from jaxload._src.pipelines.tf_order import (
-    order_varying,
-    structure,
-    unseen_order,
-    value_varying,
-)
+from jaxload._src.pipelines.tf_order import constants, order_varying, structure, unseen_order, value_varying
 from jaxload._src.pipelines.tf_probe import Probe as _Probe
 from jaxload._src.pipelines.tf_read import read_graph
 from jaxload._src.pipelines.tf_replay import Replay, position_of
@@ -73,7 +68,7 @@ class TfDataset:
         elif self.sharding.mode == HINT and graph.caches_to_files():
             self._share = with_own_caches(self._share, plan, HINT)
         self._same = _Probe(self._ds, plan, self.sharding, batched, unseen_order(graph),
-                            structure(graph), sources=user)
+                            structure(graph), sources=user, constants=constants(graph))
         self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
             f"tf.data/{self.sharding.mode}")
         self._save = saveable(graph)
@@ -88,8 +83,8 @@ class TfDataset:
         elif shard == FUNCTION:
             why_not = _BY_FUNCTION
         self.elastic = Elastic(from_row=None if why_not else self.from_row, why_not=why_not,
-                               length=length if length >= 0 else None,
-                               rows_per_step=global_batch_size,
+                               length=length if length >= 0 else None, rows_per_step=global_batch_size,
+                               fingerprint=self._same.fingerprint,
                                carried=None if self._replay is None else self._replay.carried)
 
     def check_position(self, resume: dict[str, Any], batch_a_step: bool = True) -> None:
