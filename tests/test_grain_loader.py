@@ -88,6 +88,31 @@ def test_grain_shard_options_follow_the_plan():
     assert (options.shard_index, options.shard_count, options.drop_remainder) == (0, 2, True)
 
 
+def test_a_data_loader_that_drops_records_is_refused_under_pad():
+    import grain
+
+    from jaxload._src.pipelines.grain_loader import check_data_loader
+
+    layout = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4))
+    plan = layout.plan(16, process_index=0)
+
+    def loader(batch_drops: bool, shard_drops: bool):
+        sampler = grain.samplers.IndexSampler(
+            num_records=30, shuffle=False, num_epochs=1, seed=0,
+            shard_options=grain.sharding.ShardOptions(0, 2, drop_remainder=shard_drops))
+        return grain.DataLoader(data_source=list(range(30)), sampler=sampler, operations=[
+            grain.transforms.Batch(8, drop_remainder=batch_drops)])
+
+    check_data_loader(loader(False, False), plan, "pad")
+    check_data_loader(loader(True, True), plan, "drop")
+    with pytest.raises(ValueError, match=r"remainder='pad' delivers every record, but the "
+                                         r"grain.DataLoader drops some: its Batch\(8, "
+                                         r"drop_remainder=True\) drops each loading group's last"):
+        check_data_loader(loader(True, False), plan, "pad")
+    with pytest.raises(ValueError, match=r"ShardOptions\(drop_remainder=True\) drops the records"):
+        check_data_loader(loader(False, True), plan, "pad")
+
+
 def mp_prefetch_resume():
     import grain
     from absl import flags

@@ -85,6 +85,16 @@ def test_other_ops_after_the_file_reads_fall_back_to_elements_or_are_refused(fil
         split(make(tf.data.TFRecordDataset(files)), shard="files")
 
 
+def test_a_batch_that_drops_its_remainder_falls_back_to_elements(files):
+    dropping = tf.data.TFRecordDataset(files).batch(3, drop_remainder=True).unbatch()
+    pipeline, warned = split(dropping)
+    assert pipeline.sharding.mode == "elements" and len(warned) == 1, warned
+    assert "batch(..., drop_remainder=True)" in warned[0]
+    assert "each loading group would drop the last partial batch of its own" in warned[0]
+    with pytest.raises(ValueError, match="To keep file sharding, batch with drop_remainder=False"):
+        split(dropping, shard="files")
+
+
 def test_ops_on_the_file_names_stay_as_written(files):
     names = tf.data.Dataset.from_tensor_slices(files).take(4)
     pipeline, warned = split(names.interleave(tf.data.TFRecordDataset, cycle_length=2))

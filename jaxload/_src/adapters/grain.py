@@ -146,7 +146,7 @@ def from_grain(
     elif isinstance(ds, grain.IterDataset):
         pipeline = GrainIterDataset(ds, plan, shard=shard, batched=batched, remainder=remainder)
     elif isinstance(ds, grain.DataLoader):
-        pipeline = GrainDataLoader(ds, plan, shard=shard)
+        pipeline = GrainDataLoader(ds, plan, shard=shard, remainder=remainder)
     else:
         raise TypeError("from_grain expects a grain.MapDataset, grain.IterDataset or "
                         f"grain.DataLoader, got {type(ds).__name__}")
@@ -158,7 +158,10 @@ def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainde
     """The ``grain.sharding.ShardOptions`` of this process's loading group, for a Grain sampler.
 
     Use it instead of ``ShardByJaxProcess``, which shards by process and gives replicas that span
-    processes different data. Pass the same ``load_once`` as to :func:`from_grain`.
+    processes different data. Pass the same ``load_once`` as to :func:`from_grain`. With
+    ``remainder="pad"`` (every record delivered), pass ``drop_remainder=False``, here and to the
+    ``Batch`` operation: Grain would drop the records that do not divide evenly between the
+    loading groups, and each group's last partial batch.
 
     Example:
       A ``grain.DataLoader`` that shards by loading group and batches this process's rows:

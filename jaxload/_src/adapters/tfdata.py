@@ -96,8 +96,10 @@ def from_tf_data(
         missing rows and adds a bool ``"mask"`` feature (dict elements only). See
         :mod:`jaxload._src.remainder`.
       batched: ``True`` if ``ds`` already yields per-process batches of
-        ``plan.local_batch_size`` rows (e.g. from ``ds.batch(..., drop_remainder=True)``); a
-        different leading dim is refused before any data is read. With ``shard=True`` whole
+        ``plan.local_batch_size`` rows (``ds.batch(plan.local_batch_size,
+        drop_remainder=True)`` with ``remainder="drop"``; with ``"pad"``, ``drop_remainder=False``
+        keeps each group's last rows, padded); a different leading dim is refused before any data
+        is read. With ``shard=True`` whole
         batches are then dealt out to the loading groups.
       checks: when to verify placement at run time: ``"first"`` step of each pass (default),
         every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`.

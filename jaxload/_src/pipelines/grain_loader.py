@@ -11,6 +11,7 @@ from jaxload._src import compat
 from jaxload._src.pipelines import grain_described
 from jaxload._src.pipelines.base import LocalSpec
 from jaxload._src.plan import Plan
+from jaxload._src.remainder import DROP
 from jaxload._src.state import Elastic, LocalBatches
 from jaxload._src.trees import HostBatch
 
@@ -43,9 +44,9 @@ class GrainDataLoader:
     by_index: bool = False
     not_resumable: str | None = None
 
-    def __init__(self, loader: Any, plan: Plan, *, shard: bool):
+    def __init__(self, loader: Any, plan: Plan, *, shard: bool, remainder: str = DROP):
         if shard:
-            check_data_loader(loader, plan)
+            check_data_loader(loader, plan, remainder)
         self._loader, self._plan = loader, plan
         self._describe = grain_described.data_loader(loader, plan, shard=shard)
         self.batches = self.from_row(0)
@@ -112,9 +113,10 @@ def _at_sampler_index(state: bytes, rows: int, plan: Plan) -> bytes:
     return json.dumps(moved).encode()
 
 
-def check_data_loader(loader: Any, plan: Plan) -> None:
+def check_data_loader(loader: Any, plan: Plan, remainder: str = DROP) -> None:
     """A ``grain.DataLoader`` must shard by this process's loading group and batch
-    ``plan.local_batch_size`` rows; a ValueError names both values otherwise."""
+    ``plan.local_batch_size`` rows, and with ``remainder="pad"`` (every record delivered) drop
+    none; a ValueError names both values otherwise."""
     import grain
 
     options = compat.data_loader_shard_options(loader)
@@ -134,4 +136,15 @@ def check_data_loader(loader: Any, plan: Plan) -> None:
             f"the grain.DataLoader batches with {found}, but each process must load "
             f"local_batch_size={plan.local_batch_size} rows per step (global_batch_size="
             f"{plan.global_batch_size} over {plan.shard_count} loading groups); end its "
-            f"operations with grain.transforms.Batch({plan.local_batch_size}, drop_remainder=True).")
+            f"operations with grain.transforms.Batch({plan.local_batch_size}, drop_remainder="
+            f"{remainder == DROP}).")
+    dropping = [what for what, drops in (
+        (f"its Batch({plan.local_batch_size}, drop_remainder=True) drops each loading group's "
+         "last partial batch", batches[-1].drop_remainder),
+        ("its sampler's ShardOptions(drop_remainder=True) drops the records that do not divide "
+         "evenly between the loading groups", options.drop_remainder)) if drops]
+    if remainder != DROP and plan.shard_count > 1 and dropping:
+        raise ValueError(
+            f"remainder={remainder!r} delivers every record, but the grain.DataLoader drops "
+            f"some: {'; '.join(dropping)}. Pass drop_remainder=False there (jaxload pads the "
+            "last steps), or use remainder='drop'.")

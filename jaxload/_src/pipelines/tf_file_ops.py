@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxload._src.pipelines.tf_graph import READERS, called, dataset_inputs
+from jaxload._src.pipelines.tf_graph import READERS, called, dataset_inputs, input_constant
 
 # ops after the file reads that give each loading group its share of the records they would
 # give over all files: element-wise, or whole-stream ops whose result is a multiset of their
@@ -40,6 +40,12 @@ KEEP = frozenset({
     "ParallelInterleaveDataset", "ParallelInterleaveDatasetV2", "ParallelInterleaveDatasetV3",
     "ParallelInterleaveDatasetV4", "LegacyParallelInterleaveDatasetV2", "AssertNextDataset",
     "ConcatenateDataset"})
+
+# batches that may drop a partial last batch: kept only without drop_remainder=True
+_DROPPING = frozenset({"BatchDatasetV2", "PaddedBatchDatasetV2", "ParallelBatchDataset",
+                       "MapAndBatchDataset"})
+_DROPS = ("batch(..., drop_remainder=True)", "each loading group would drop the last partial "
+          "batch of its own records, where the pipeline drops one")
 
 # the Python call behind an op, and what reading each group's own files would do to it
 _CALLS: dict[str, tuple[str, str]] = {
@@ -86,6 +92,16 @@ class Blocking:
     after: int
     change: str
 
+    @property
+    def fix(self) -> str:
+        """How to keep file sharding."""
+        if self.after == 0:
+            return "choose the files in Python and list them with from_tensor_slices"
+        if self.call == _DROPS[0]:
+            return ("batch with drop_remainder=False (remainder='pad' then keeps each group's "
+                    "last rows, padded), or leave the batching to jaxload")
+        return "apply it before the files are read (to the list of file names)"
+
     def __str__(self) -> str:
         place = "right after the files are read" if self.after == 1 else (
             f"{self.after} ops after the files are read" if self.after > 1 else
@@ -98,13 +114,14 @@ def blocking(graph: Any) -> Blocking | None:
     ``GraphDef`` of :func:`jaxload._src.compat.tf_graph`; None if every op after the file reads
     is in :data:`KEEP` (or the pipeline reads no files)."""
     nodes = {node.name: node for node in graph.node}
+    constants = {name: node for name, node in nodes.items() if node.op == "Const"}
     reading = _reading_files(graph, nodes)
     found: list[tuple[int, Blocking]] = []
     for name, depth in reading.items():
         if depth == 0:  # a reader, or the interleave / flat_map that reads the named files
             continue
         node = nodes[name]
-        why = _why_blocked(node, dataset_inputs(node, nodes), reading)
+        why = _why_blocked(node, dataset_inputs(node, nodes), reading, constants)
         if why is not None:
             call, change = why
             found.append((depth, Blocking(node.op, call, depth, change)))
@@ -143,9 +160,12 @@ def _names_ops(nodes: dict[str, Any], reading: dict[str, int]) -> list[str]:
     return found
 
 
-def _why_blocked(node: Any, inputs: list[str], reading: dict[str, int]) -> tuple[str, str] | None:
+def _why_blocked(node: Any, inputs: list[str], reading: dict[str, int],
+                 constants: dict[str, Any]) -> tuple[str, str] | None:
     if node.op == "ConcatenateDataset" and not all(i in reading for i in inputs):
         return _CALLS[node.op]  # TensorFlow could not shard the input that reads no files
+    if node.op in _DROPPING and input_constant(node, constants, "drop_remainder") is not False:
+        return _DROPS  # each group would drop a partial batch of its own
     if node.op in KEEP:  # a cache to a file gets a file of its own (tf_files.own_caches)
         return None
     op: str = node.op

@@ -136,11 +136,8 @@ def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, unsplittable: list[str]
                 f"are {', '.join(sorted(_sources(graph)))})", None, NOT_SPLIT)
     blocked = blocking(graph.graph)
     if blocked is not None:
-        where = ("choose the files in Python and list them with from_tensor_slices" if
-                 blocked.after == 0 else "apply it before the files are read (to the list of "
-                 "file names)")
-        return (f"{blocked}. To keep file sharding, {where}, or pass dataset_fn to build each "
-                "loading group's share", None, NOT_SPLIT)
+        return (f"{blocked}. To keep file sharding, {blocked.fix}, or pass dataset_fn to build "
+                "each loading group's share", None, NOT_SPLIT)
     try:
         share = compat.tf_auto_shard(ds, plan.shard_count, plan.shard_index,
                                      tf.data.experimental.AutoShardPolicy.FILE)

@@ -46,7 +46,8 @@ def _unbatched(spec: Any, name: str, batch_rows: int, remainder: str) -> Any:
         raise ValueError(
             f"feature {name} of the already-batched dataset has shape {spec.shape}; "
             f"with batched=True its leading dim must be local_batch_size={batch_rows} "
-            "(batch with drop_remainder=True), or pass the unbatched dataset.")
+            f"(batch({batch_rows}, drop_remainder={remainder == DROP})"
+            f"{'' if remainder == DROP else _KEEPS}), or pass the unbatched dataset.")
     return tf.TensorSpec(spec.shape[1:], spec.dtype)
 
 
@@ -56,3 +57,6 @@ def batch_spec(element_spec: Any, rows: int, batched: bool) -> PyTree[jax.ShapeD
         lambda s: jax.ShapeDtypeStruct((rows, *(s.shape[1:] if batched else s.shape)),
                                        s.dtype.as_numpy_dtype), element_spec)
     return spec
+
+
+_KEEPS = ": remainder='pad' keeps each group's last, partial batch and pads it"
