@@ -44,8 +44,8 @@ class Described:
       same: fields every process of the scope must report alike (``{"length": 64,
         "elements": "<hash>"}``); a None value is not compared (unknown on that process).
       scope: ``"all"``: compared between every process (jaxload shards the dataset);
-        ``"group"``: the user split it (``shard=False``): its fields are not compared (the
-        first step's check compares a loading group's rows), only its seeds between groups.
+        ``"group"``: the user split it (``shard=False``): its fields are not compared (a loading
+        group's processes compare their rows every step), only its seeds between groups.
       group, groups: this process's ``shard_index`` and the ``shard_count``.
       split: ``[start, step]`` of a slice the user took of the dataset, where one is seen (it
         names the fix when the processes differ).
@@ -120,9 +120,9 @@ on process [0], "cd" on process [1]. ... pass the whole dataset, or keep your sp
 
 def _compared(described: dict[int, dict[str, Any]]) -> list[int]:
     """The processes compared: those whose dataset jaxload splits. The processes of a loading
-    group the user split (``shard=False``) are not compared here: the first step's check
-    compares them row by row (a :class:`~jaxload.ReplicationError` naming rows, devices and
-    processes)."""
+    group the user split (``shard=False``) are not compared here: they compare the rows they
+    read at every step (:mod:`~jaxload._src.group_proof`, a :class:`~jaxload.ReplicationError`
+    naming the step and processes)."""
     return [p for p, d in sorted(described.items()) if d.get("scope") != GROUP]
 
 

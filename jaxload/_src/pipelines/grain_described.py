@@ -12,7 +12,8 @@ once per loader and sent in every pass's first round:
 - a ``DataLoader``: its sampler without the shard options, its source's length, its operations
   and a hash of :data:`RECORDS` source records;
 - a dataset the user split (``shard=False``): the seeds of its random maps after the split must
-  differ between loading groups (the first step's check compares the rows within a group).
+  differ between loading groups (the processes of one group compare their rows every step:
+  :mod:`~jaxload._src.group_proof`).
 """
 
 from __future__ import annotations
