@@ -34,10 +34,15 @@ def fingerprint(data: np.ndarray) -> str:
 
 def hashed(h: Any, data: np.ndarray) -> str:
     """``h`` (a ``hashlib``-like hash) of an array's dtype, shape and bytes, as hex."""
+    add(h, data)
+    return str(h.hexdigest())
+
+
+def add(h: Any, data: np.ndarray) -> None:
+    """Adds an array's dtype, shape and bytes to ``h`` (a ``hashlib``-like hash)."""
     data = np.asarray(data)
     h.update(f"{data.dtype.str}{data.shape}".encode())
     h.update(np.ascontiguousarray(data).reshape(-1).view(np.uint8))  # bytes of any dtype, no copy
-    return str(h.hexdigest())
 
 
 class ShardRecord(NamedTuple):

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 import xxhash
 
+from jaxload._src import fingerprints
 from jaxload._src.comparisons import ReplicationError
 from jaxload._src.protocol import Decision, Report
 from jaxload._src.whereabouts import ranges
@@ -46,9 +47,7 @@ def digest(leaves: Sequence[np.ndarray]) -> str:
     """
     h = xxhash.xxh3_64()
     for leaf in leaves:
-        leaf = np.asarray(leaf)
-        h.update(f"{leaf.dtype.str}{leaf.shape};".encode())
-        h.update(np.ascontiguousarray(leaf).reshape(-1).view(np.uint8))
+        fingerprints.add(h, leaf)
     return h.hexdigest()
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from jaxload._src import compat
+from jaxload._src import compat, fingerprints
 from jaxload._src.pipelines.tf_files import ELEMENTS, FILES, Sharding
 from jaxload._src.plan import Plan
 from jaxload._src.same_dataset import Described
@@ -95,11 +95,11 @@ class Probe:
         for tensor in tensors:
             array = np.asarray(tensor)  # a view of the tensor's buffer on CPU, no copy
             rows += array.shape[0] if array.ndim else 1
-            digest.update(f"{array.dtype.str}{array.shape};".encode())
             if array.dtype == object:  # strings (file names)
+                digest.update(f"{array.shape};".encode())
                 digest.update(b"".join(len(b).to_bytes(8, "little") + b for b in array.ravel()))
             else:
-                digest.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+                fingerprints.add(digest, array)
         return f"{len(tensors)} arrays of {rows} rows, hashed {digest.hexdigest()}"
 
     def _elements(self) -> str:
