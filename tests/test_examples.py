@@ -126,19 +126,6 @@ def test_tf_files_example_reads_each_groups_files_and_resumes_reading_only_after
 
 
 @pytest.mark.cluster
-def test_elastic_resume_example_continues_on_4_processes_what_2_saved(tmp_path):
-    out = launch_example("elastic_resume.py", 2, 4, "A", str(tmp_path))
-    assert "[1] process 1 of 2: 5 steps of 64 rows, saved at global row 320 (step 5)" in out
-    out = launch_example("elastic_resume.py", 4, 2, "B", str(tmp_path))
-    assert ("[3] process 3 of 4: restored params at step 5 and the loader at global row 320; "
-            "loading group 1 of 2, 48 rows per step") in out
-    assert "holds rows 320-415 of the shuffled order: True" in out
-    assert ("[0] run A delivered 320 elements, run B 680: 1000 distinct of 1000, every element "
-            "exactly once: True") in out
-
-
-
-@pytest.mark.cluster
 def test_tf_data_service_example():
     out = run_example("tf_data_service.py")
     # the step count depends on how the service splits the epoch's last batches (7 to 9)

@@ -1,11 +1,16 @@
-"""Elastic resume: a job checkpointed on 2 processes continues on 4, with another global batch.
+"""Recipe: an Orbax checkpoint holding the params and the loader together, resumed on another
+number of processes with another global batch; every element is delivered exactly once.
 
 Run A trains on 2 processes x 4 devices (data parallel, global batch 64) and saves an Orbax
 checkpoint with the params and the loader (``jaxload.checkpoint``). Run B restarts on 4 processes x
 2 devices (model replicas across processes, global batch 96), restores both, and continues at the
-same row of the shuffled dataset; every element is delivered exactly once over the two runs.
-  jaxload launch -n 2 --local-devices 4 -- python examples/elastic_resume.py A /tmp/elastic
-  jaxload launch -n 4 --local-devices 2 -- python examples/elastic_resume.py B /tmp/elastic
+same row of the shuffled dataset. On the same topology the same code resumes exactly, batch for
+batch. A Grain ``MapDataset`` (as here) and a tf.data pipeline split by elements resume on
+another topology; other pipelines resume on the same one (see the Resuming guide).
+
+  jaxload launch -n 2 --local-devices 4 -- python examples/recipes/orbax_elastic_resume.py A /tmp/elastic
+  jaxload launch -n 4 --local-devices 2 -- python examples/recipes/orbax_elastic_resume.py B /tmp/elastic
+On a cluster the checkpoint directory is shared storage (REAL HOST: gs://my-bucket/run-1).
 """
 
 import sys
@@ -89,3 +94,9 @@ elif jax.process_index() == 0:
     print(f"run A delivered {len(before)} elements, run B {len(delivered)}: {len(set(both))} "
           f"distinct of {N}, every element exactly once: {sorted(both) == list(range(N))}")
     assert sorted(both) == list(range(N))
+
+# Output (run A on 2 processes x 4 CPU devices, then run B on 4 x 2):
+# [1] process 1 of 2: 5 steps of 64 rows, saved at global row 320 (step 5)
+# [3] process 3 of 4: restored params at step 5 and the loader at global row 320; loading group 1 of 2
+# [0] run B: 8 steps of 96 rows; its first step holds rows 320-415 of the shuffled order: True
+# [0] run A delivered 320 elements, run B 680: 1000 distinct of 1000, every element exactly once: True
