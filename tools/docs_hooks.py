@@ -17,8 +17,8 @@ from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parent.parent
 # repository files (globs) that the site carries beside docs/
-CARRIED = ("CHANGELOG.md", "benchmarks/README.md", "benchmarks/results.md", "examples/*.py", "examples/recipes/*.py",
-           "constraints.txt", "constraints-oldest.txt")
+CARRIED = ("CHANGELOG.md", "benchmarks/README.md", "benchmarks/results.md", "examples/*.py",
+           "examples/recipes/*.py", "constraints.txt", "constraints-oldest.txt")
 _LINK = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?(\))")
 
 
