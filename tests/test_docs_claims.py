@@ -96,6 +96,9 @@ def quoted_messages() -> list[tuple[str, str]]:
             out += [(name, m.group(2)) for m in RAISED.finditer(block)
                     if m.group(1) not in ("JaxRuntimeError", "XlaRuntimeError")]
         out += [(name, m.group(1).split(": ", 1)[-1]) for m in BOLD_CODE.finditer(text)]
+        if page.name == "guarantees.md":  # its quoted refusals are code spans
+            spans = [m.group(1) for m in re.finditer(r"`([^`\n]+)`", text)]
+            out += [(name, span) for span in spans if len(span) >= 25]
     return out
 
 
