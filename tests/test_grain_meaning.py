@@ -6,6 +6,7 @@ pipeline gives it, or raises the same ValueError on every process with no batch 
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -161,8 +162,6 @@ REFUSED = {
     "file order by process": r"the processes shard different datasets: the hash of a few elements",
     "paths by host in the top map": r"the processes shard different datasets: the hash of a few "
                                     r"elements as the pipeline yields them",
-    "filter": r"from_grain got a MapDataset that drops elements \(filter or flat_map\) to split "
-              r"over shard_count=2 loading groups",
     "random_map after own split": r"loading groups \[0-1\] draw the same random sequence: .* "
                                   r"seed=seed \+ plan.shard_index",
     "data loader seeded by process": r"the sampler \(without its shard options\) \"IndexSampler"
@@ -181,6 +180,12 @@ def results(clusters):
 @pytest.mark.parametrize("name", DELIVERED)
 def test_delivered_exactly(results, name):
     assert results[0][name] == {"ids": list(range(ROWS))}, results[0][name]
+
+
+@pytest.mark.cluster
+def test_a_filter_over_loading_groups_delivers_every_kept_row_once(results):
+    # each loading group filters its own share (every 2nd index); remainder="pad" evens them out
+    assert results[0]["filter"] == {"ids": list(range(0, 2 * ROWS, 2))}, results[0]["filter"]
 
 
 @pytest.mark.cluster
@@ -229,3 +234,17 @@ def test_a_filtered_state_of_several_loading_groups_is_not_continued_on_another_
     with pytest.raises(ValueError, match="the state's 2 loading groups each filtered their own "
                                          "share, so the rows consumed are not a prefix"):
         jaxload.from_grain(_kept(), layout, global_batch_size=16).set_state(groups)
+
+
+def test_a_filter_split_with_remainder_drop_says_what_it_drops():
+    from jaxload._src.pipelines import grain_map
+
+    plan = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 2)).plan(16)
+    grain_map._WARNED.clear()
+    with pytest.warns(UserWarning, match=r"each group filters its own share .* With "
+                                         r"remainder='drop' a pass ends when one group runs out"):
+        grain_map.warn_filtered_split(plan, "drop")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grain_map.warn_filtered_split(plan, "drop")  # once
+        grain_map.warn_filtered_split(plan, "pad")  # pad delivers every kept row: nothing to say

@@ -45,10 +45,11 @@ def from_grain(
     per-process batch becomes one global ``jax.Array`` per feature on ``layout.sharding``. The
     batches are read by index on the loader's own thread, with no thread pool, and the position
     saved by ``get_state`` is the next batch's index. (A ``MapDataset`` with a ``filter`` cannot
-    be batched by index; it is read through ``to_iter_dataset`` and batched there, by one loading
-    group only: over several, or a padded global batch, each group would filter its own share,
-    and it is refused.) Each pass's first round compares the dataset between processes (its
-    length and a hash of a few elements): every process must pass the same one.
+    be batched by index; it is read through ``to_iter_dataset`` and batched there. Over several
+    loading groups each filters its own share, so the groups keep different numbers of rows:
+    ``remainder="pad"`` delivers every kept row once. A padded global batch refuses it.) Each
+    pass's first round compares the dataset between processes (its length and a hash of a few
+    elements): every process must pass the same one.
 
     Args:
       ds: an unbatched ``grain.MapDataset``, or a ``grain.IterDataset`` with ``shard=False``.

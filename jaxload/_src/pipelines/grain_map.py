@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -22,9 +23,11 @@ class GrainMapDataset:
     ``rows``, batched to ``local_batch_size`` rows and read by index on the loader's thread
     (``read_options``: Grain's thread pool instead). Its length is known; it starts at any
     global row, so it resumes on another topology (unless ``shard=False`` or ``batched``).
-    A ``MapDataset`` that drops elements (``filter``) is read through ``to_iter_dataset``, by
-    one loading group only (see :func:`check_not_filtered`). Every process describes it for the
-    cross-process comparison (:mod:`~jaxload._src.pipelines.grain_described`).
+    A ``MapDataset`` that drops elements (``filter``) is read through ``to_iter_dataset``: split
+    over several loading groups, each filters its own share ``ds[k::K]`` (see
+    :func:`warn_filtered_split`); refused under a padded global batch, whose rows are placed by
+    index (:func:`check_not_filtered`). Every process describes it for the cross-process
+    comparison (:mod:`~jaxload._src.pipelines.grain_described`).
     """
 
     backend: str = "grain"
@@ -36,8 +39,10 @@ class GrainMapDataset:
         self._shard, self._batched, self._remainder = shard, batched, remainder
         self._read_options = read_options
         self._padded = plan.global_batch_size != global_batch_size
-        if self._padded or (shard and plan.shard_count > 1):
-            check_not_filtered(ds, plan, self._padded)
+        if self._padded:
+            check_not_filtered(ds, plan)
+        elif shard and plan.shard_count > 1 and compat.drops_elements(ds):
+            warn_filtered_split(plan, remainder)
         self._describe = grain_described.map_dataset(
             ds, plan, shard=shard, reads=not self._padded or rows_read(plan, global_batch_size) > 0)
         rows = plan.local_batch_size
@@ -139,25 +144,36 @@ _KEPT_APART = ("make the kept elements a MapDataset of their own (e.g. grain.Map
                "of the kept indices, then .map)")
 
 
-def check_not_filtered(ds: Any, plan: Plan, padded: bool) -> None:
-    """Refuses a MapDataset that drops elements (``filter``, ``flat_map``) where jaxload would
-    split it by index: each loading group would filter its own share, so a step would no longer
-    be a block of the kept order, ``remainder="drop"`` would lose more than a batch, and a
-    filter that lines up with the split would leave a group nothing (a pass of no steps). One
-    loading group reads the kept order itself, exactly; several would each have to read and
-    filter every element, which jaxload does not do behind the user's back."""
+def check_not_filtered(ds: Any, plan: Plan) -> None:
+    """Refuses a MapDataset that drops elements (``filter``, ``flat_map``) under a padded global
+    batch, whose rows of each step are read by index: a filter breaks that arithmetic."""
     if not compat.drops_elements(ds):
         return
-    where = ("a padded global batch (rows of each step placed by index)" if padded else
-             f"shard_count={plan.shard_count} loading groups, each taking one index in "
-             f"{plan.shard_count}")
     raise ValueError(
-        f"from_grain got a MapDataset that drops elements (filter or flat_map) to split over "
-        f"{where}: each group would filter its own share, so steps would no longer be blocks "
-        "of the kept order, remainder='drop' would lose more than a batch, and a filter that "
-        f"lines up with the split would leave a group nothing. Either {_KEPT_APART}, or split "
-        "it yourself and accept that each group filters its own share: "
-        "ds[plan.shard_index::plan.shard_count] with shard=False and remainder='pad'.")
+        "from_grain got a MapDataset that drops elements (filter or flat_map) to split over a "
+        "padded global batch (rows of each step placed by index), which a filter breaks. "
+        f"Either {_KEPT_APART}, or pass a global_batch_size that is a multiple of the "
+        f"{plan.num_batch_shards} batch shards.")
+
+
+_WARNED: set[tuple[int, str]] = set()
+
+
+def warn_filtered_split(plan: Plan, remainder: str) -> None:
+    """Tells (once per split and remainder) what a filtered MapDataset over several loading
+    groups gives: each group filters its own share ``ds[k::K]``, so a step holds each group's
+    next kept rows, not a block of the kept order; with ``remainder="drop"`` a pass ends when
+    the group with the fewest kept rows runs out, dropping what the others have left."""
+    if remainder != DROP or (plan.shard_count, remainder) in _WARNED:
+        return
+    _WARNED.add((plan.shard_count, remainder))
+    warnings.warn(
+        f"from_grain splits a MapDataset that drops elements (filter or flat_map) over "
+        f"{plan.shard_count} loading groups: each group filters its own share (every "
+        f"{plan.shard_count}th index), so the groups keep different numbers of rows. With "
+        "remainder='drop' a pass ends when one group runs out, and the kept rows the others "
+        "have left are not delivered; remainder='pad' delivers every kept row once (the short "
+        "groups padded, mask False).", stacklevel=4)
 
 
 def _filtered(state: dict[str, Any]) -> str | None:
