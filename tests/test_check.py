@@ -195,3 +195,18 @@ def test_single_process_checks():
     with pytest.raises(ValueError, match=r"checks='sometimes' must be 'first', 'never' or a positive int"):
         jaxload.from_grain(__import__("grain").MapDataset.range(8), layout, global_batch_size=8,
                            checks="sometimes")
+
+
+def test_a_few_alike_records_are_no_duplicate_loading():
+    # 8 row blocks of one row: a record that starts every file (a header), met twice in a step,
+    # is legitimate; half the blocks or more with a twin is duplicate loading
+    layout = jaxload.data_parallel()
+    plan = layout.plan(8)
+    def rows(ids):  # a record of 3 distinct values per id (no block is one repeated value)
+        return {"x": np.array([[3 * i, 3 * i + 1, 3 * i + 2] for i in ids], np.float32)}
+
+    jaxload.check.distinct(jaxload.assemble(rows([0, 1, 2, 3, 0, 5, 6, 7]), plan))
+    half = jaxload.assemble(rows([0, 1, 0, 1, 4, 5, 6, 7]), plan)
+    with pytest.raises(jaxload.DuplicationError, match=r"rows \[0, 1\) on devices 0 \(process 0\); "
+                                                       r"rows \[2, 3\) on devices 2"):
+        jaxload.check.distinct(half)
