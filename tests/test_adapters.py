@@ -39,10 +39,11 @@ def test_grain_iter_dataset_unsharded(layout):
     assert np.asarray(batches[1]["v"])[:, 0].tolist() == list(range(8, 16))
 
 
-def test_grain_iter_dataset_cannot_be_sharded_by_index(layout):
-    ds = grain.MapDataset.range(16).to_iter_dataset()
-    with pytest.raises(ValueError, match=r"IterDataset with shard=True.*source\[0::1\]"):
-        jaxload.from_grain(ds, layout, global_batch_size=8)
+def test_grain_iter_dataset_of_one_loading_group_is_read_whole(layout):
+    ds = grain.MapDataset.range(20).map(lambda i: {"v": np.int32(i)}).to_iter_dataset()
+    loader = jaxload.from_grain(ds, layout, global_batch_size=8, remainder="pad")
+    batches = [np.asarray(b["v"]).tolist() for b in loader]
+    assert batches == [list(range(8)), list(range(8, 16)), [16, 17, 18, 19, 0, 0, 0, 0]]
 
 
 @pytest.mark.parametrize("make,backend", [(jaxload.from_grain, "grain.MapDataset"),

@@ -81,6 +81,13 @@ def _map_shapes(layout, plan) -> dict:
         "filter": lambda: jaxload.from_grain(
             grain.MapDataset.range(2 * ROWS).filter(lambda i: i % 2 == 0).map(_element),
             layout, **load),
+        # Grain's own form: an IterDataset, split by elements (every process reads it all)
+        "iter dataset": lambda: jaxload.from_grain(
+            _source(range(ROWS)).shuffle(seed=3).to_iter_dataset(), layout, **load),
+        "iter dataset, batched": lambda: jaxload.from_grain(
+            _source(range(ROWS)).to_iter_dataset().batch(8), layout, batched=True, **load),
+        "iter dataset, seed by process": lambda: jaxload.from_grain(
+            _source(range(ROWS)).shuffle(seed=p).to_iter_dataset(), layout, **load),
         "random_map after own split": lambda: jaxload.from_grain(
             _source(range(ROWS))[k::big].to_iter_dataset().random_map(_noisy, seed=5),
             layout, shard=False, **load),
@@ -138,6 +145,26 @@ def _resumed_with_a_filter(layout) -> str:
     return "resumed"
 
 
+def _iter_dataset_resumed(layout) -> list[int]:
+    """An IterDataset split by elements, stopped after 2 steps and resumed from its state on the
+    same topology: the ids of both runs (real rows, all loading groups)."""
+    def make():
+        ds = _source(range(ROWS)).shuffle(seed=3).to_iter_dataset()
+        return jaxload.from_grain(ds, layout, global_batch_size=16, remainder="pad",
+                                  record="id", **BOUNDED)
+
+    first = make()
+    with iter(first) as batches:
+        next(batches), next(batches)
+    state = json.loads(json.dumps(first.get_state()))
+    second = make()
+    second.set_state(state)
+    for _ in second:
+        pass
+    steps = first.records(all_processes=True) + second.records(all_processes=True)
+    return sorted(i for step in steps for ids in step["ids"].values() for i in ids)
+
+
 def shapes() -> dict:
     """Worker side: what each shape gives on this process."""
     layout = jaxload.data_parallel()
@@ -146,11 +173,13 @@ def shapes() -> dict:
     out = {name: _delivered(make) for name, make in made.items()}
     out["data loader with a filter, resumed on a new global batch size"] = \
         _resumed_with_a_filter(layout)
+    out["iter dataset, resumed"] = _iter_dataset_resumed(layout)
     return out
 
 
 DELIVERED = ["whole", "shuffled alike", "unseeded noise in a map", "own split, shard=False",
-             "random_map after own split, seeded by group", "data loader"]
+             "random_map after own split, seeded by group", "data loader", "iter dataset",
+             "iter dataset, batched"]
 REFUSED = {
     "seed by process": r"the processes shard different datasets: the hash of a few elements at "
                        r"the same indices \"\w+\" on process \[0\], \"\w+\" on process \[1\]",
@@ -160,6 +189,8 @@ REFUSED = {
                                       r"pass the whole dataset, or keep your split",
     "length by process": r"length 64 on process \[0\], 68 on process \[1\]",
     "file order by process": r"the processes shard different datasets: the hash of a few elements",
+    "iter dataset, seed by process": r"the processes shard different datasets: the hash of the "
+                                     r"first elements",
     "paths by host in the top map": r"the processes shard different datasets: the hash of a few "
                                     r"elements as the pipeline yields them",
     "random_map after own split": r"loading groups \[0-1\] draw the same random sequence: .* "
@@ -180,6 +211,11 @@ def results(clusters):
 @pytest.mark.parametrize("name", DELIVERED)
 def test_delivered_exactly(results, name):
     assert results[0][name] == {"ids": list(range(ROWS))}, results[0][name]
+
+
+@pytest.mark.cluster
+def test_an_iter_dataset_split_by_elements_resumes_exactly(results):
+    assert results[0]["iter dataset, resumed"] == list(range(ROWS))
 
 
 @pytest.mark.cluster

@@ -26,6 +26,7 @@ MAX_MESSAGE = 2000  # characters of the refusal every process reads from the sto
 LABELS = {"elements": "the hash of a few elements at the same indices",
           "yielded": "the hash of a few elements as the pipeline yields them (after its maps) at "
                      "the same indices",
+          "first elements": "the hash of the first elements the IterDataset yields",
           "sampler": "the sampler (without its shard options)",
           "source_length": "the source's length", "records": "the hash of a few source records",
           "source rows": "the arrays under the pipeline (from_tensor_slices, from_tensors: a "

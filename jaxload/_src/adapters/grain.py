@@ -52,7 +52,7 @@ def from_grain(
     elements): every process must pass the same one.
 
     Args:
-      ds: an unbatched ``grain.MapDataset``, or a ``grain.IterDataset`` with ``shard=False``.
+      ds: an unbatched ``grain.MapDataset`` or ``grain.IterDataset``.
         Elements are numpy arrays/scalars or dicts, tuples and nested structures of them. Or a
         ``grain.DataLoader`` (any ``worker_count``) that shards and batches itself: jaxload
         then checks that its sampler shards by this process's loading group (use
@@ -66,8 +66,9 @@ def from_grain(
         ``remainder="pad"`` of its loading groups (padded then to the batch shards). Not with
         ``batched=True`` or a ``grain.DataLoader`` (they batch themselves).
       shard: ``False`` if ``ds`` already holds only this loading group's elements; jaxload then
-        only batches. An ``IterDataset`` cannot be sharded by index without reading every
-        element, so shard its source ``MapDataset`` first
+        only batches. An ``IterDataset`` cannot be read by index: with ``shard=True`` every
+        process reads all of it and keeps ``1/K`` of its elements (a warning says so once);
+        to read only each group's share, shard its source ``MapDataset`` first
         (``source[plan.shard_index::plan.shard_count]``) and pass ``shard=False``.
       remainder: ``"drop"`` (default) ends the epoch on every process at the first step some
         process cannot fill; ``"pad"`` goes on until every process is exhausted, zero-fills the

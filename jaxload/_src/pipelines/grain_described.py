@@ -11,6 +11,7 @@ once per loader and sent in every pass's first round:
   compared);
 - a ``DataLoader``: its sampler without the shard options, its source's length, its operations
   and a hash of :data:`RECORDS` source records;
+- an ``IterDataset`` split by elements: a hash of its first :data:`ELEMENTS` elements;
 - a dataset the user split (``shard=False``): the seeds of its random maps after the split must
   differ between loading groups (the processes of one group compare their rows every step:
   :mod:`~jaxload._src.group_proof`).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -82,6 +84,24 @@ def iter_dataset(ds: Any, plan: Plan) -> Describe | None:
         return None
     seeds = compat.grain_split_and_seeds(ds)[1]
     return lambda: Described({}, plan.shard_index, plan.shard_count, GROUP, seeds=seeds).to_json()
+
+
+def stream(ds: Any, plan: Plan) -> Describe | None:
+    """An ``IterDataset`` split by elements: a hash of its first :data:`ELEMENTS` elements as it
+    yields them (read twice; None where two readings differ), compared between all processes,
+    which must iterate the same stream. None in a single process."""
+    if jax.process_count() == 1:
+        return None
+
+    @functools.cache
+    def describe() -> dict[str, Any]:
+        def first() -> list[Any]:
+            return list(itertools.islice(iter(ds), ELEMENTS))
+
+        same = {"first elements": stable_hash(first(), range(len(first())))}
+        return Described(same, plan.shard_index, plan.shard_count, ALL).to_json()
+
+    return describe
 
 
 def data_loader(loader: Any, plan: Plan, *, shard: bool) -> Describe | None:

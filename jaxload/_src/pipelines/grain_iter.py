@@ -1,7 +1,15 @@
-"""A Grain ``IterDataset``: iterated, with Grain's own iterator state as the position."""
+"""A Grain ``IterDataset``: iterated, with Grain's own iterator state as the position.
+
+Split over several loading groups (``shard=True``, the default) it is split by elements: every
+process iterates the whole dataset and keeps elements ``k, k + K, ...`` (whole batches, with
+``batched=True``), so step ``s`` holds the stream's elements ``[s·G, (s+1)·G)``, as a
+``MapDataset`` split by index does. That reads every element on every process (a warning says
+so once); the processes compare the stream's first elements in the first round."""
 
 from __future__ import annotations
 
+import itertools
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,12 +22,14 @@ from jaxload._src.state import Elastic
 from jaxload._src.trees import HostBatch
 
 NOT_ELASTIC = ("a grain.IterDataset cannot start at a given element without reading every "
-               "element before it, and its split over loading groups is yours; pass its "
+               "element before it, and its position is each process's own iterator; pass its "
                "source MapDataset (with shard=True) so that jaxload can slice it")
+_WARNED: set[int] = set()
 
 
 class GrainIterDataset:
-    """This loading group's ``IterDataset`` (sharded by the user: ``shard=False``), batched.
+    """An ``IterDataset``, batched: this loading group's own (``shard=False``), or the whole
+    dataset split by elements (``shard=True``; see the module docstring).
 
     It has no length and cannot read by index; it resumes on the same plan only (Grain's
     iterator state), since it cannot start at a global row. Loading groups whose random maps
@@ -32,16 +42,18 @@ class GrainIterDataset:
     not_resumable: str | None = None
 
     def __init__(self, ds: Any, plan: Plan, *, shard: bool, batched: bool, remainder: str):
-        if shard:
-            raise ValueError(
-                "from_grain got a grain.IterDataset with shard=True; an IterDataset cannot be "
-                "sharded by index without reading every element. Shard its source MapDataset "
-                f"(source[{plan.shard_index}::{plan.shard_count}] for this process, from "
-                "layout.plan(global_batch_size)) before .to_iter_dataset(), and pass shard=False.")
         self.elastic = Elastic(why_not=NOT_ELASTIC)
+        if not shard:
+            self.batches = grain_described.with_description(
+                iterated(batched_iter(ds, plan.local_batch_size, batched, remainder)),
+                grain_described.iter_dataset(ds, plan))
+            return
+        if plan.shard_count > 1:
+            _warn_split(plan)
+        rows = 1 if batched else plan.local_batch_size
         self.batches = grain_described.with_description(
-            iterated(batched_iter(ds, plan.local_batch_size, batched, remainder)),
-            grain_described.iter_dataset(ds, plan))
+            split(ds, plan.shard_index, plan.shard_count, rows, batched, remainder),
+            grain_described.stream(ds, plan))
 
     def spec(self) -> LocalSpec | None:
         return None
@@ -65,3 +77,48 @@ def iterated(ds: Any) -> Callable[[Any], Iterator[tuple[HostBatch, Any]]]:
             yield batch, iterator.get_state()
 
     return batches
+
+
+def split(ds: Any, k: int, groups: int, rows: int, batched: bool, remainder: str
+          ) -> Callable[[Any], Iterator[tuple[HostBatch, Any]]]:
+    """``batches(position)`` of loading group ``k`` of ``groups``: elements ``k, k + groups,
+    ...`` of ``ds``, ``rows`` to a batch (stacked; one whole element with ``batched``), each with
+    the iterator's state after its last element. From a saved state the next element of this
+    group is ``groups - 1`` elements on (the state was taken right after one of its own)."""
+
+    def batches(position: Any) -> Iterator[tuple[HostBatch, Any]]:
+        iterator = iter(ds)
+        skip = k
+        if position is not None:
+            iterator.set_state(position)
+            skip = groups - 1
+        while True:
+            taken: list[Any] = []
+            for _ in range(rows):
+                element = next(itertools.islice(iterator, skip, None), _END)
+                if element is _END:
+                    break
+                taken.append(element)
+                skip = groups - 1
+            if not taken or len(taken) < rows and remainder == DROP:
+                return
+            yield (taken[0] if batched else stack_elements(taken)), iterator.get_state()
+            if len(taken) < rows:
+                return
+
+    return batches
+
+
+_END = object()
+
+
+def _warn_split(plan: Plan) -> None:
+    if plan.shard_count in _WARNED:
+        return
+    _WARNED.add(plan.shard_count)
+    warnings.warn(
+        f"from_grain splits a grain.IterDataset by elements over {plan.shard_count} loading "
+        f"groups: every process reads every element and keeps 1/{plan.shard_count} of them "
+        "(an IterDataset cannot be read by index). To read only each group's share, pass its "
+        "source MapDataset (jaxload slices it by index), or split it yourself before "
+        ".to_iter_dataset() and pass shard=False.", stacklevel=4)
