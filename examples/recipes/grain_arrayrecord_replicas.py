@@ -9,8 +9,9 @@ transform draws from the sampler's per-record seeds, the same on both processes 
 Grain's worker processes import this file again: everything that runs sits under
 `if __name__ == "__main__":`, and the transforms are module-level classes.
 
-On a cluster (hosts of 8 GPUs, replicas of 2 hosts; one process per host):
-  srun --nodes=4 --ntasks-per-node=1 --gpus-per-node=8 \
+On a cluster (4 hosts x 8 GPUs, one process per GPU, replicas of 2 hosts = 16 processes: set
+MODEL_PROCESSES = 16 below, which makes 2 loading groups of 16 processes):
+  srun --nodes=4 --ntasks-per-node=8 --gpus-per-task=1 \
       python grain_arrayrecord_replicas.py "/data/train-*.array_record"
 On this machine (2 processes of 4 CPU devices: one replica group; stand-in files):
   jaxload launch -n 2 --local-devices 4 -- python examples/recipes/grain_arrayrecord_replicas.py
@@ -26,6 +27,7 @@ import numpy as np
 import jaxload
 
 GLOBAL_BATCH, WORKERS = 256, 2  # REAL HOST: WORKERS = 8 (one per spare core or so)
+MODEL_PROCESSES = 2  # REAL HOST: 16 (a replica over 2 hosts of 8 GPUs, one process per GPU)
 
 
 class Decode(grain.transforms.Map):
@@ -51,7 +53,7 @@ def main():
     paths = sorted(glob.glob(sys.argv[1])) if len(sys.argv) > 1 else recipe_data.array_records()
     source = grain.sources.ArrayRecordDataSource(paths)
 
-    layout = jaxload.model_replicas_across_processes(2)
+    layout = jaxload.model_replicas_across_processes(MODEL_PROCESSES)
     plan = layout.plan(GLOBAL_BATCH)
     sampler = grain.samplers.IndexSampler(
         num_records=len(source), shuffle=True, seed=0, num_epochs=1,

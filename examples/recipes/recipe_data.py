@@ -52,6 +52,7 @@ def array_records() -> list[str]:
 
     def write(folder: Path) -> None:
         for f in range(4):
+            # group_size:1, one record per chunk: reads by index touch one record each
             writer = ArrayRecordWriter(str(folder / f"train-{f}.array_record"), "group_size:1")
             for i in range(1024 * f, 1024 * (f + 1)):
                 writer.write(pickle.dumps({"id": i, "pixels": np.full(16, i % 256, np.uint8)}))

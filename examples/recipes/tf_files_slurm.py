@@ -5,8 +5,9 @@ shuffle), unbatched; jaxload gives each process its own files, batches 1024 / pr
 per process and hands you global jax.Arrays. Each epoch reshuffles (the order of epoch n is that
 of your pipeline's n-th iteration).
 
-On a cluster (4 hosts x 8 GPUs, one process per host; jax.distributed finds SLURM by itself):
-  srun --nodes=4 --ntasks-per-node=1 --gpus-per-node=8 \
+On a cluster (4 hosts x 8 GPUs, one process per GPU, JAX's default under SLURM; jax.distributed
+finds the cluster by itself; 32 processes read 32 groups of files, so write at least 32 files):
+  srun --nodes=4 --ntasks-per-node=8 --gpus-per-task=1 \
       python tf_files_slurm.py "gs://my-bucket/train-*.tfrecord"
 On this machine (writes 16 small stand-in files first):
   jaxload launch -n 2 --local-devices 4 -- python examples/recipes/tf_files_slurm.py

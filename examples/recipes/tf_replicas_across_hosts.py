@@ -5,8 +5,9 @@ axis), so those 2 processes form one loading group: they must load identical row
 jaxload makes so (the group reads its own files, in the same order on both) and proves every
 step (a hash of each batch, compared within the group). The other groups read other files.
 
-On a cluster (4 hosts x 8 GPUs, replicas of 2 hosts; one process per host):
-  srun --nodes=4 --ntasks-per-node=1 --gpus-per-node=8 \
+On a cluster (4 hosts x 8 GPUs, one process per GPU, replicas of 2 hosts = 16 processes: set
+MODEL_PROCESSES = 16 below, which makes 2 loading groups of 16 processes):
+  srun --nodes=4 --ntasks-per-node=8 --gpus-per-task=1 \
       python tf_replicas_across_hosts.py "gs://my-bucket/train-*.tfrecord"
 On this machine (4 processes of 2 CPU devices; stand-in files):
   jaxload launch -n 4 --local-devices 2 -- python examples/recipes/tf_replicas_across_hosts.py
@@ -27,6 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
 FILES = sys.argv[1] if len(sys.argv) > 1 else recipe_data.tfrecords()  # REAL HOST: your glob
 GLOBAL_BATCH, HIDDEN = 256, 32
+MODEL_PROCESSES = 2  # REAL HOST: 16 (a replica over 2 hosts of 8 GPUs, one process per GPU)
 
 
 def parse(record):
@@ -42,7 +44,7 @@ ds = (files.interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_cal
       .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
       .shuffle(10_000, seed=1))  # seeded: both hosts of a replica shuffle alike
 
-layout = jaxload.model_replicas_across_processes(2)  # mesh axes ("replica", "model")
+layout = jaxload.model_replicas_across_processes(MODEL_PROCESSES)  # axes ("replica", "model")
 loader = jaxload.from_tf_data(ds, layout, global_batch_size=GLOBAL_BATCH)
 plan = loader.plan
 print(f"process {jax.process_index()}: loading group {plan.shard_index} of {plan.shard_count}, "
