@@ -117,6 +117,17 @@ def _filtered_data_loader(layout, batch: int):
     return _data_loader(layout, 0, [KeepOdd()], batch=batch)
 
 
+def _looked_up(order):
+    """A DataLoader Map operation that looks an id up in ``order`` (paths listed per host)."""
+    import grain
+
+    class LookUp(grain.transforms.Map):
+        def map(self, element):
+            return _element(order[int(element["id"])])
+
+    return LookUp()
+
+
 def _data_loader_shapes(layout) -> dict:
     import jax
 
@@ -127,6 +138,12 @@ def _data_loader_shapes(layout) -> dict:
             _data_loader(layout, jax.process_index()), layout, **load),
         "data loader source length by process": lambda: jaxload.from_grain(
             _data_loader(layout, 7, records=ROWS + 4 * jax.process_index()), layout, **load),
+        "data loader, a Map op alike": lambda: jaxload.from_grain(
+            _data_loader(layout, 7, [_looked_up(list(range(ROWS)))]), layout, **load),
+        # the same types of operations, but a lookup in a list ordered per host
+        "data loader, a Map op by host": lambda: jaxload.from_grain(_data_loader(
+            layout, 7, [_looked_up(list(range(ROWS))[::1 - 2 * jax.process_index()])]),
+            layout, **load),
     }
 
 
@@ -179,6 +196,7 @@ def shapes() -> dict:
 
 DELIVERED = ["whole", "shuffled alike", "unseeded noise in a map", "own split, shard=False",
              "random_map after own split, seeded by group", "data loader", "iter dataset",
+             "data loader, a Map op alike",
              "iter dataset, batched"]
 REFUSED = {
     "seed by process": r"the processes shard different datasets: the hash of a few elements at "
@@ -199,6 +217,8 @@ REFUSED = {
                                      r"\(num_records=64, shuffle=True, num_epochs=1, seed=0\)\" "
                                      r"on process \[0\]",
     "data loader source length by process": r"the source's length 64 on process \[0\], 68 on process",
+    "data loader, a Map op by host": r"the hash of what the operations make of a few source "
+                                     r"records \"\w+\" on process \[0\], \"\w+\" on process \[1\]",
 }
 
 

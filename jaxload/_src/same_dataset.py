@@ -29,6 +29,7 @@ LABELS = {"elements": "the hash of a few elements at the same indices",
           "first elements": "the hash of the first elements the IterDataset yields",
           "sampler": "the sampler (without its shard options)",
           "source_length": "the source's length", "records": "the hash of a few source records",
+          "produced": "the hash of what the operations make of a few source records",
           "source rows": "the arrays under the pipeline (from_tensor_slices, from_tensors: a "
                          "list shuffled in Python without a seed differs by process, e.g. Keras's "
                          "*_dataset_from_directory or split_dataset with seed=None: pass seed=)"}

@@ -10,7 +10,8 @@ once per loader and sent in every pass's first round:
   a pass's reads, at least 2; each read twice (elements that change between readings are not
   compared);
 - a ``DataLoader``: its sampler without the shard options, its source's length, its operations
-  and a hash of :data:`RECORDS` source records;
+  (their types), a hash of :data:`RECORDS` source records and of what its operations make of
+  them;
 - an ``IterDataset`` split by elements: a hash of its first :data:`ELEMENTS` elements;
 - a dataset the user split (``shard=False``): the seeds of its random maps after the split must
   differ between loading groups (the processes of one group compare their rows every step:
@@ -115,9 +116,13 @@ def data_loader(loader: Any, plan: Plan, *, shard: bool) -> Describe | None:
     def describe() -> dict[str, Any]:
         source = compat.data_loader_source(loader)
         length = len(source) if hasattr(source, "__len__") else None
+        operations = compat.data_loader_operations(loader)
+        indices = [] if length is None else sample(length, RECORDS)
         same = {"sampler": _sampler(compat.data_loader_sampler(loader)), "source_length": length,
-                "operations": [_operation(op) for op in compat.data_loader_operations(loader)],
-                "records": None if length is None else stable_hash(source, sample(length, RECORDS))}
+                "operations": [_operation(op) for op in operations],
+                "records": None if length is None else stable_hash(source, indices),
+                "produced": None if length is None else stable_hash(
+                    _Operated(source, operations), indices)}
         return Described(same, plan.shard_index, plan.shard_count,
                          ALL if shard else GROUP).to_json()
 
@@ -186,6 +191,34 @@ def _sampler(sampler: Any) -> str | None:
     names an object's address, which differs between processes."""
     text = re.sub(r"shard_options=\w+\([^)]*\),?\s*", "", repr(sampler))
     return None if " at 0x" in text else text
+
+
+class _Operated:
+    """``source[i]`` through a DataLoader's operations up to its first ``Batch`` (a ``RandomMap``
+    draws from a generator seeded by ``i``, the same on every process; a record a ``Filter``
+    drops reads as None; an operation of another kind ends the chain there), so that the
+    processes compare what the operations make of a few records, not only their types."""
+
+    def __init__(self, source: Any, operations: Sequence[Any]):
+        self._source, self._operations = source, operations
+
+    def __getitem__(self, index: int) -> Any:
+        import grain
+
+        element = self._source[index]
+        for op in self._operations:
+            if isinstance(op, grain.transforms.Filter):
+                if not op.filter(element):
+                    return None
+            elif isinstance(op, grain.transforms.Map):
+                element = op.map(element)
+            elif isinstance(op, grain.transforms.RandomMap):
+                element = op.random_map(element, np.random.default_rng(index))
+            elif isinstance(op, grain.transforms.MapWithIndex):
+                element = op.map_with_index(index, element)
+            else:  # a Batch, or an operation read no further
+                break
+        return element
 
 
 def _operation(op: Any) -> str:
