@@ -10,8 +10,12 @@ processes would send it. Two exchanges are measured in the same run:
 - ``every-reads-all``: the previous protocol: every process sets its report (the full
   signature, ~300 bytes), waits at a barrier, and reads every report.
 
+The same exchange with the reports of a loading group that proves its rows (``rows``: one
+16-digit digest per step of the round, :mod:`jaxload._src.group_proof`) is measured beside it.
+
 Then, in real processes (1 CPU device each): coordinator bytes per loader step for 2, 4 and 8
-processes, and what known lengths save (rounds and agreement time per step).
+processes, what known lengths save (rounds and agreement time per step), and what the group
+proof adds where model replicas span 2 processes (``checks`` default against ``"never"``).
 
 Run: .venv/bin/python benchmarks/agreement_scale.py [--quick]   (its section of results.md)
 """
@@ -38,6 +42,8 @@ OLD_REPORT = ('{"steps": 16, "signature": "batch[\'image\']:float32[32, 32, 3];b
               ':int32[]"}')  # ~300 bytes, as the previous exchange sent every round
 SECTION = "<!-- agreement_scale.py: the section below is written by that script -->"
 NEW_REPORT = protocol.Report(ready=16, digest="0123456789abcdef", nbytes=3 * 2**20).to_json()
+PROVING_REPORT = protocol.Report(ready=16, digest="0123456789abcdef", nbytes=3 * 2**20,
+                                 rows=["0123456789abcdef"] * 16).to_json()
 
 
 def _cluster(n: int):
@@ -80,7 +86,8 @@ def _decide(reports):
     return d.to_json(), False
 
 
-def measure_jaxload(clients, rounds: int, tag: str) -> tuple[float, float]:
+def measure_jaxload(clients, rounds: int, tag: str, report: str = NEW_REPORT
+                    ) -> tuple[float, float]:
     n = len(clients)
     transports = [CoordinationTransport(c, i, n) for i, c in enumerate(clients)]
 
@@ -88,7 +95,7 @@ def measure_jaxload(clients, rounds: int, tag: str) -> tuple[float, float]:
         def run():
             exchange = Exchange(f"bench-{tag}", timeout_s=600, transport=t)
             for _ in range(rounds):
-                exchange.round(NEW_REPORT, _decide)
+                exchange.round(report, _decide)
             exchange.leave()
         return run
 
@@ -142,22 +149,25 @@ def simulated(sizes, rounds_of) -> list[dict]:
         rounds = rounds_of(n)
         measure_jaxload(clients, 2, f"warm{n}")
         measure_every_reads_all(clients, 2, f"warm{n}")
-        new_ms, old_ms, floor_ms = [], [], []
+        new_ms, old_ms, floor_ms, proving_ms = [], [], [], []
         for i in range(3):  # interleaved, so that noise hits all
             t, new_bytes = measure_jaxload(clients, rounds, f"{n}-{i}")
             new_ms.append(t * 1000)
+            t, proving_bytes = measure_jaxload(clients, rounds, f"{n}-{i}-proving", PROVING_REPORT)
+            proving_ms.append(t * 1000)
             t, old_bytes = measure_every_reads_all(clients, rounds, f"{n}-{i}")
             old_ms.append(t * 1000)
             floor_ms.append(measure_floor(clients, rounds, f"{n}-{i}") * 1000)
         rows.append(dict(n=n, new_ms=sorted(new_ms)[1], old_ms=sorted(old_ms)[1],
-                         floor_ms=sorted(floor_ms)[1], new_bytes=new_bytes, old_bytes=old_bytes))
+                         floor_ms=sorted(floor_ms)[1], new_bytes=new_bytes, old_bytes=old_bytes,
+                         proving_ms=sorted(proving_ms)[1], proving_bytes=proving_bytes))
         print(rows[-1], flush=True)
         _in_threads([c.shutdown for c in clients])  # a shutdown barrier of all clients
         service.shutdown()
     return rows
 
 
-def loader_traffic(known: bool, steps: int):
+def loader_traffic(known: bool, steps: int, replicas: bool = False, checks: str = "never"):
     """In each real process: coordinator bytes, rounds and agreement time of one pass."""
     import jax
     import tensorflow as tf
@@ -169,8 +179,10 @@ def loader_traffic(known: bool, steps: int):
         lambda i: {"x": tf.cast(i, tf.float32), "y": tf.fill([16], i)})
     if not known:  # the same elements, with a length tf.data cannot know
         ds = ds.filter(lambda e: True)
-    loader = jaxload.from_tf_data(ds, jaxload.data_parallel(),
-                                  global_batch_size=4 * jax.process_count(), checks="never")
+    layout = (jaxload.model_replicas_across_processes(2) if replicas
+              else jaxload.data_parallel())
+    loader = jaxload.from_tf_data(ds, layout, global_batch_size=4 * jax.process_count(),
+                                  checks=checks)
     transport = agreement.this_process_transport()
     before = transport.sent + transport.received
     n = sum(1 for _ in loader)
@@ -181,11 +193,15 @@ def loader_traffic(known: bool, steps: int):
 
 def real(process_counts, steps: int) -> list[dict]:
     rows = []
+    cases = [("data_parallel", False, "never"), ("data_parallel", True, "never"),
+             ("replicas across 2, proof off", True, "never"),
+             ("replicas across 2, proof on", True, "first")]
     for n in process_counts:
-        for known in (False, True):
+        for name, known, checks in cases:
             results = jaxload.testing.run(loader_traffic, num_processes=n, local_devices=1,
-                                          args=(known, steps), timeout_s=600)
-            rows.append(dict(processes=n, known=known, steps=results[0]["steps"],
+                                          args=(known, steps, name != "data_parallel", checks),
+                                          timeout_s=600)
+            rows.append(dict(processes=n, layout=name, known=known, steps=results[0]["steps"],
                              bytes_per_step=sum(r["bytes"] for r in results) / results[0]["steps"],
                              rounds=results[0]["rounds"],
                              agree_ms=max(r["agree_ms"] for r in results)))
@@ -210,26 +226,30 @@ def main():
         "exchange (sent and received by all clients).",
         "",
         "| N | jaxload (ms/exchange) | every-reads-all (ms/exchange) | ratio | 3 plain RPCs "
-        "per client (ms) | jaxload (KB) | every-reads-all (KB) |",
-        "|---|---|---|---|---|---|---|",
+        "per client (ms) | jaxload (KB) | every-reads-all (KB) | jaxload proving 16 steps "
+        "(ms/exchange) | jaxload proving (KB) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(f"| {r['n']} | {r['new_ms']:.1f} | {r['old_ms']:.1f} | "
                      f"{r['new_ms'] / r['old_ms']:.2f} | {r['floor_ms']:.1f} | {r['new_bytes'] / 1e3:.1f} | "
-                     f"{r['old_bytes'] / 1e3:.1f} |")
+                     f"{r['old_bytes'] / 1e3:.1f} | {r['proving_ms']:.1f} | "
+                     f"{r['proving_bytes'] / 1e3:.1f} |")
     big = [r for r in rows if r["n"] >= 128]
     if len(big) > 1:
         a, b = big[0], big[-1]
         lines += ["", f"From N={a['n']} to N={b['n']} ({b['n'] / a['n']:.0f}x the processes): "
                       f"jaxload's bytes {b['new_bytes'] / a['new_bytes']:.1f}x, its time "
                       f"{b['new_ms'] / a['new_ms']:.1f}x, the plain-RPC floor's time "
-                      f"{b['floor_ms'] / a['floor_ms']:.1f}x."]
+                      f"{b['floor_ms'] / a['floor_ms']:.1f}x; proving, its bytes "
+                      f"{b['proving_bytes'] / a['proving_bytes']:.1f}x."]
     lines += ["", "### Real processes (1 CPU device each): one pass, tf.data, 4 rows per process "
                   "per step", "",
-              "| processes | length known | steps | rounds | coordinator bytes/step | "
-              "agree ms/step (slowest) |", "|---|---|---|---|---|---|"]
+              "| processes | layout | length known | steps | rounds | coordinator bytes/step | "
+              "agree ms/step (slowest) |", "|---|---|---|---|---|---|---|"]
     for r in passes:
-        lines.append(f"| {r['processes']} | {'yes' if r['known'] else 'no'} | {r['steps']} | "
+        lines.append(f"| {r['processes']} | {r['layout']} | {'yes' if r['known'] else 'no'} | "
+                     f"{r['steps']} | "
                      f"{r['rounds']} | {r['bytes_per_step']:.0f} | {r['agree_ms']:.3f} |")
     # its section only: the sections after it (other scripts') stay
     publish(Path(__file__).with_name("results.md"), SECTION, [SECTION, *lines])
