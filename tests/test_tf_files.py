@@ -226,7 +226,7 @@ def test_a_varying_order_is_refused_on_every_process_before_any_data(runs_4x2):
     across = runs_4x2[4]
     assert all(isinstance(r, str) and r.startswith("ValueError: processes [") and
                "ShuffleDatasetV3 without a seed" in r for r in across), across
-    # sharded by elements, each process would keep every 4th element of its own order
+    # sharded by elements, each process would keep 1 element in 4 of its own order
     elements = runs_4x2[5]
     assert all(isinstance(r, str) and "would deliver some records twice and others never" in r
                and "list_files with its default shuffle=True" in r for r in elements), elements

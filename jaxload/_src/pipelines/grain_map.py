@@ -169,8 +169,8 @@ def warn_filtered_split(plan: Plan, remainder: str) -> None:
     _WARNED.add((plan.shard_count, remainder))
     warnings.warn(
         f"from_grain splits a MapDataset that drops elements (filter or flat_map) over "
-        f"{plan.shard_count} loading groups: each group filters its own share (every "
-        f"{plan.shard_count}th index), so the groups keep different numbers of rows. With "
+        f"{plan.shard_count} loading groups: each group filters its own share (group k "
+        f"the indices k, k + {plan.shard_count}, ...), so the groups keep different numbers of rows. With "
         "remainder='drop' a pass ends when one group runs out, and the kept rows the others "
         "have left are not delivered; remainder='pad' delivers every kept row once (the short "
         "groups padded, mask False).", stacklevel=4)

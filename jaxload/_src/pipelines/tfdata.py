@@ -254,7 +254,7 @@ def check_same_order(graph: DatasetGraph, sharding: Sharding, plan: Plan) -> Non
     before = graph if sharding.mode == ELEMENTS else sharding.before
     order = order_varying(before) if before is not None and plan.shard_count > 1 else []
     if order:
-        where = {ELEMENTS: f"by elements (each process keeps every {plan.shard_count}th element "
+        where = {ELEMENTS: f"by elements (each process keeps 1 element in {plan.shard_count} "
                            "of its own order)",
                  FILES: "by files (each loading group keeps its share of the file names in "
                         "their order on its own processes)",
