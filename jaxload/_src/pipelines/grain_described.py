@@ -200,13 +200,13 @@ class _Operated:
     processes compare what the operations make of a few records, not only their types."""
 
     def __init__(self, source: Any, operations: Sequence[Any]):
-        self._source, self._operations = source, operations
+        self._records, self._chain = source, operations
 
     def __getitem__(self, index: int) -> Any:
         import grain
 
-        element = self._source[index]
-        for op in self._operations:
+        element = self._records[index]
+        for op in self._chain:
             if isinstance(op, grain.transforms.Filter):
                 if not op.filter(element):
                     return None
