@@ -293,10 +293,11 @@ def test_a_filtered_state_of_several_loading_groups_is_not_continued_on_another_
 
 
 def test_a_filter_split_with_remainder_drop_says_what_it_drops():
+    from jaxload._src import told
     from jaxload._src.pipelines import grain_map
 
     plan = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 2)).plan(16)
-    grain_map._WARNED.clear()
+    told.forget()
     with pytest.warns(UserWarning, match=r"each group filters its own share .* With "
                                          r"remainder='drop' a pass ends when one group runs out"):
         grain_map.warn_filtered_split(plan, "drop")

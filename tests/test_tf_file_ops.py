@@ -11,7 +11,7 @@ import pytest
 from test_tf_files import write_files
 
 import jaxload
-from jaxload._src.pipelines import tf_files
+from jaxload._src import told
 from jaxload._src.pipelines.tfdata import TfDataset
 
 tf = pytest.importorskip("tensorflow")
@@ -28,7 +28,7 @@ def files(tmp_path_factory) -> list[str]:
 def warned_afresh(monkeypatch):
     """A fallback is told once per process: each test here sees its own warning, whatever ran
     before it in this process."""
-    monkeypatch.setattr(tf_files, "_WARNED", set())
+    monkeypatch.setattr(told, "_TOLD", set())
 
 
 def plan():

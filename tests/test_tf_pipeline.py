@@ -16,6 +16,7 @@ import pytest
 from test_tf_files import write_files
 
 import jaxload
+from jaxload._src import told
 from jaxload._src.pipelines import tf_files, tf_iterator
 from jaxload._src.pipelines.tf_graph import DatasetGraph
 from jaxload._src.pipelines.tfdata import TfDataset
@@ -243,7 +244,7 @@ def test_a_restored_iterator_continues_exactly(tmp_path, name, groups):
 
 
 def test_a_pipeline_tf_data_cannot_save_falls_back_to_skipping_with_a_warning(monkeypatch):
-    monkeypatch.setattr(tf_iterator, "_NOT_SAVED", set())  # told once per process
+    monkeypatch.setattr(told, "_TOLD", set())  # told once per process
     ds = kept(tf.data.Dataset.range(64)).map(
         lambda x: tf.ensure_shape(tf.py_function(lambda a: a, [x], tf.int64), []))
     with pytest.warns(UserWarning, match=r"EagerPyFunc is stateful.*re-reads every batch.*"
@@ -437,13 +438,12 @@ def test_a_pipeline_with_external_state_is_found_in_its_graph_in_a_long_lived_pr
 
 def test_a_save_tf_data_refuses_after_all_turns_positions_into_counts(monkeypatch):
     from jaxload._src import compat
-    from jaxload._src.pipelines import tf_iterator
 
     def refuse(iterator, *, ignore_external_state):
         raise tf.errors.FailedPreconditionError(None, None, "SomeOp is stateful.")
 
     monkeypatch.setattr(compat, "tf_save_iterator", refuse)
-    monkeypatch.setattr(tf_iterator, "_REFUSED", set())
+    monkeypatch.setattr(told, "_TOLD", set())
     group = share(kept(tf.data.Dataset.range(64)), plan(processes=1, devices=8, index=0))
     with pytest.warns(UserWarning, match=r"cannot save .*SomeOp is stateful.*re-reads"):
         positions = [position for _, position in group.batches(None)]

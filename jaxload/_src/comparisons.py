@@ -131,15 +131,14 @@ def verify_distinct(records: list[tuple[int, ShardRecord]]) -> None:
     if 2 * sum(len(by_rows) for by_rows in twinned) < len(ranges):
         return  # a few alike records, not duplicate loading
     for by_rows in twinned:
-        if len(by_rows) > 1:
-            described = "; ".join(f"rows [{a}, {b}) on devices {_holders(h)}"
-                                  for (a, b), h in sorted(by_rows.items()))
-            raise DuplicationError(
-                f"different rows of the batch hold identical data: {described}. These devices "
-                "should have different per-replica batches; the processes probably loaded the "
-                "same data (a pipeline not sharded by loading group, or shard=False over "
-                "identical pipelines)."
-            )
+        described = "; ".join(f"rows [{a}, {b}) on devices {_holders(h)}"
+                              for (a, b), h in sorted(by_rows.items()))
+        raise DuplicationError(
+            f"different rows of the batch hold identical data: {described}. These devices "
+            "should have different per-replica batches; the processes probably loaded the "
+            "same data (a pipeline not sharded by loading group, or shard=False over "
+            "identical pipelines)."
+        )
 
 
 def verify_plan(seen: dict[int, Any]) -> None:

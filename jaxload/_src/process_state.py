@@ -11,12 +11,11 @@ what the next call sees: :func:`leftovers` names them.
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 import time
 from typing import Any
 
-from jaxload._src import peers, prefetch, watchdog, whereabouts
+from jaxload._src import peers, prefetch, told, watchdog, whereabouts
 
 KEY_PREFIX = "jaxload/"  # everything jaxload keeps in the coordination service's store
 THREAD_PREFIX = "jaxload-"  # the names of jaxload's threads
@@ -25,20 +24,13 @@ _SHOWN = 10
 _WHY = {"jaxload-exit": " (a failure with on_failure='exit' ends this process soon: pass "
                         "on_failure='raise', or run the call on processes of its own)"}
 
-# module-level memories of what was told once per process (a warning)
-_TOLD_ONCE = (("jaxload._src.pipelines.tf_files", "_WARNED"),
-              ("jaxload._src.pipelines.tf_iterator", "_NOT_SAVED"),
-              ("jaxload._src.pipelines.tf_iterator", "_REFUSED"))
 
 
 def reset() -> None:
     """Forgets the names, the store client and the warnings told once: the process is as new."""
     whereabouts.forget_names()
     peers.forget_transport()
-    for module_name, attribute in _TOLD_ONCE:
-        told = getattr(sys.modules.get(module_name), attribute, None)
-        if isinstance(told, set):
-            told.clear()
+    told.forget()
 
 
 def leftovers(timeout_s: float) -> list[str]:

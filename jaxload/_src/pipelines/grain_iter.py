@@ -9,7 +9,6 @@ so once); the processes compare the stream's first elements in the first round."
 from __future__ import annotations
 
 import itertools
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,12 +18,12 @@ from jaxload._src.pipelines.base import LocalSpec
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP
 from jaxload._src.state import Elastic
+from jaxload._src.told import warn_once
 from jaxload._src.trees import HostBatch
 
 NOT_ELASTIC = ("a grain.IterDataset cannot start at a given element without reading every "
                "element before it, and its position is each process's own iterator; pass its "
                "source MapDataset (with shard=True) so that jaxload can slice it")
-_WARNED: set[int] = set()
 
 
 class GrainIterDataset:
@@ -43,17 +42,15 @@ class GrainIterDataset:
 
     def __init__(self, ds: Any, plan: Plan, *, shard: bool, batched: bool, remainder: str):
         self.elastic = Elastic(why_not=NOT_ELASTIC)
-        if not shard:
-            self.batches = grain_described.with_description(
-                iterated(batched_iter(ds, plan.local_batch_size, batched, remainder)),
-                grain_described.iter_dataset(ds, plan))
-            return
-        if plan.shard_count > 1:
+        describe = grain_described.stream(ds, plan) if shard else grain_described.iter_dataset(
+            ds, plan)
+        if not shard or plan.shard_count == 1:  # the group reads it all: Grain batches it
+            batches = iterated(batched_iter(ds, plan.local_batch_size, batched, remainder))
+        else:
             _warn_split(plan)
-        rows = 1 if batched else plan.local_batch_size
-        self.batches = grain_described.with_description(
-            split(ds, plan.shard_index, plan.shard_count, rows, batched, remainder),
-            grain_described.stream(ds, plan))
+            batches = split(ds, plan.shard_index, plan.shard_count,
+                            1 if batched else plan.local_batch_size, batched, remainder)
+        self.batches = grain_described.with_description(batches, describe)
 
     def spec(self) -> LocalSpec | None:
         return None
@@ -113,10 +110,7 @@ _END = object()
 
 
 def _warn_split(plan: Plan) -> None:
-    if plan.shard_count in _WARNED:
-        return
-    _WARNED.add(plan.shard_count)
-    warnings.warn(
+    warn_once(
         f"from_grain splits a grain.IterDataset by elements over {plan.shard_count} loading "
         f"groups: every process reads every element and keeps 1/{plan.shard_count} of them "
         "(an IterDataset cannot be read by index). To read only each group's share, pass its "

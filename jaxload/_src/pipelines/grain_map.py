@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -15,6 +14,7 @@ from jaxload._src.pipelines.grain_iter import batched_iter, iterated
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP, rows_read
 from jaxload._src.state import Elastic, LocalBatches, why_not_sliceable
+from jaxload._src.told import warn_once
 from jaxload._src.trees import HostBatch
 
 
@@ -156,21 +156,18 @@ def check_not_filtered(ds: Any, plan: Plan) -> None:
         f"{plan.num_batch_shards} batch shards.")
 
 
-_WARNED: set[tuple[int, str]] = set()
-
-
 def warn_filtered_split(plan: Plan, remainder: str) -> None:
-    """Tells (once per split and remainder) what a filtered MapDataset over several loading
+    """Tells (once per process) what a filtered MapDataset over several loading
     groups gives: each group filters its own share ``ds[k::K]``, so a step holds each group's
     next kept rows, not a block of the kept order; with ``remainder="drop"`` a pass ends when
     the group with the fewest kept rows runs out, dropping what the others have left."""
-    if remainder != DROP or (plan.shard_count, remainder) in _WARNED:
+    if remainder != DROP:
         return
-    _WARNED.add((plan.shard_count, remainder))
-    warnings.warn(
+    warn_once(
         f"from_grain splits a MapDataset that drops elements (filter or flat_map) over "
         f"{plan.shard_count} loading groups: each group filters its own share (group k "
-        f"the indices k, k + {plan.shard_count}, ...), so the groups keep different numbers of rows. With "
+        f"the indices k, k + {plan.shard_count}, ...), so the groups keep different numbers of "
+        "rows. With "
         "remainder='drop' a pass ends when one group runs out, and the kept rows the others "
         "have left are not delivered; remainder='pad' delivers every kept row once (the short "
         "groups padded, mask False).", stacklevel=4)

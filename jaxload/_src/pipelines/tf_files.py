@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-import warnings
 from typing import Any
 
 from jaxload._src import compat
@@ -30,10 +29,10 @@ from jaxload._src.pipelines.tf_file_ops import blocking, separate_caches
 from jaxload._src.pipelines.tf_graph import READERS, UNSPLITTABLE, DatasetGraph
 from jaxload._src.pipelines.tf_names import FileNames, file_names, inserted_shards, retval
 from jaxload._src.plan import Plan
+from jaxload._src.told import warn_once
 
 FILES, ELEMENTS, HINT, NONE = "files", "elements", "hint", "none"
 OPTIONS = ("auto", FILES, ELEMENTS)
-_WARNED: set[str] = set()  # a fallback is told once per process
 
 
 class ShardingWarning(UserWarning):
@@ -224,6 +223,4 @@ def _warn(why: str, plan: Plan) -> None:
                f"its meaning: each process reads and parses all of its records and keeps "
                f"1/{plan.shard_count} of them. Not by files: {why}. shard='elements' says "
                "reading everything is meant (and silences this warning)")
-    if message not in _WARNED:
-        _WARNED.add(message)
-        warnings.warn(message, ShardingWarning, stacklevel=4)
+    warn_once(message, ShardingWarning, stacklevel=4)

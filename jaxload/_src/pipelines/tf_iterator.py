@@ -36,7 +36,6 @@ import collections
 import statistics
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,11 +43,10 @@ import numpy as np
 
 from jaxload._src import compat
 from jaxload._src.pipelines.tf_graph import DatasetGraph
+from jaxload._src.told import warn_once
 from jaxload._src.trees import HostBatch
 from jaxload._src.validate import is_nonnegative_int
 
-_REFUSED: set[str] = set()  # a refused save is told once per process
-_NOT_SAVED: set[str] = set()  # an unsaveable pipeline is told once per process
 _RATIO = 100  # time between saves / a save's cost: saving takes at most 1% of the reading thread
 # saves after the first batches, and the costs the spacing takes the median of: a pipeline's
 # first save (its first trace) or one the machine delayed may cost 100 times a usual one
@@ -138,9 +136,7 @@ def _save(iterator: Any, ignore_external_state: bool) -> bytes | None:
     except tf.errors.FailedPreconditionError as e:
         message = (f"tf.data cannot save this pipeline's iterator ({str(e.message)[:200]}), so a "
                    "resume re-reads every batch before its position")
-        if message not in _REFUSED:
-            _REFUSED.add(message)
-            warnings.warn(message, UserWarning, stacklevel=2)
+        warn_once(message, stacklevel=2)
         return None
 
 
@@ -203,9 +199,7 @@ def saveable(graph: DatasetGraph) -> bool | None:
                "decide which elements come next (a counter, a log), set "
                "options.experimental_external_state_policy = "
                "tf.data.experimental.ExternalStatePolicy.IGNORE on the dataset")
-    if message not in _NOT_SAVED:
-        _NOT_SAVED.add(message)
-        warnings.warn(message, UserWarning, stacklevel=5)
+    warn_once(message, stacklevel=5)
     return None
 
 
