@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_examples import launch_example
 
 ROOT = Path(__file__).parent.parent
 RECIPES = ROOT / "examples" / "recipes"
@@ -26,12 +27,7 @@ def expected_output(path: Path) -> list[str]:
 
 
 def launch(processes: str, devices: str, script: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "jaxload", "launch", "-n", processes, "--local-devices", devices,
-         "--", "python", f"examples/recipes/{script}", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
+    return launch_example(f"recipes/{script}", int(processes), int(devices), *args)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
