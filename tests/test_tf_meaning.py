@@ -305,12 +305,17 @@ def test_an_order_that_can_differ_between_processes_is_refused_from_the_graph(ru
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("shape, what", [("generator", "first elements"),
-                                         ("generated-names", "file names"),
+@pytest.mark.parametrize("shape, what", [("generated-names", "file names"),
                                          ("cycle-by-process", "interleave cycle lengths")])
 def test_an_order_the_graph_cannot_show_is_refused_at_the_first_round(runs, shape, what):
     refused(runs[shape], "the processes shard different datasets", what, "process [0]",
             "process [1]")
+
+
+@pytest.mark.cluster
+def test_a_generator_that_yields_another_order_is_stopped_before_its_first_step(runs):
+    refused(runs["generator"], "at step 0 the processes read different elements",
+            "process [0]", "process [1]")
 
 
 @pytest.mark.cluster

@@ -227,11 +227,12 @@ def test_a_restored_iterator_continues_exactly(tmp_path, name, groups):
         assert whole.sharding == tf_files.Sharding("files", files=8)
     if groups > 1 and name == "lines-skip":  # each group would skip 7 of its own lines
         assert whole.sharding.mode == "elements" and "skip (SkipDataset" in whole.sharding.fallback
-    reference = [b["id"].tolist() for b, _ in whole.batches(None)]
+    # split by elements over several groups, each item also has its global batch's digest
+    reference = [b["id"].tolist() for b, *_ in whole.batches(None)]
     for stop in (1, 3, len(reference) - 1):
         first = share(make(files), group_plan)
         batches = first.batches(None)
-        _, position = next(itertools.islice(iter(batches), stop - 1, None))
+        _, position, *_ = next(itertools.islice(iter(batches), stop - 1, None))
         if name == "shuffle":  # positioned by replay (test_tf_replay.py): nothing saved
             assert position == {"pass": 0, "batches": stop, "seeds": [87654321, 2]}
         elif name == "range-map-batch":  # in memory, unshuffled: replayed too
@@ -239,7 +240,7 @@ def test_a_restored_iterator_continues_exactly(tmp_path, name, groups):
         else:
             assert position["batches"] == stop and 1 <= position["saved"]["batches"] <= stop
         again = share(make(files), group_plan)
-        rest = [b["id"].tolist() for b, _ in again.batches(json.loads(json.dumps(position)))]
+        rest = [b["id"].tolist() for b, *_ in again.batches(json.loads(json.dumps(position)))]
         assert rest == reference[stop:], (name, stop)
 
 
@@ -568,9 +569,14 @@ def test_the_first_elements_are_compared_only_where_the_graph_cannot_show_the_or
         tf.data.Dataset.range(4).interleave(lambda j: tf.data.Dataset.range(j),
                                             cycle_length=cpus + 1)))
     # what a process describes: sharded by elements, its ops, and its first elements where the
-    # graph cannot show the order
+    # graph cannot show the order and the split does not prove its stream (elements that are
+    # batches already); a proved split compares every global batch instead
     p = plan()
-    assert share(generated.map(lambda i: {"x": i}), p)._same.described()["same"][
-        "first elements"].startswith("8 hashed: ")
+    batched = TfDataset(generated.map(lambda i: {"x": i}).batch(4, drop_remainder=True), p,
+                        global_batch_size=16, shard="auto", batched=True, remainder="drop")
+    assert batched._same.described()["same"]["first elements"].startswith("2 hashed: ")
+    proved = share(generated.map(lambda i: {"x": i}), p)
+    assert proved._same.described()["same"]["first elements"] is None
+    assert all(len(item) == 3 for item in proved.batches(None))
     assert share(tf.data.Dataset.range(64).map(lambda i: {"x": i}), p)._same.described()[
         "same"]["first elements"] is None

@@ -70,7 +70,7 @@ def verdict(decision: Decision, reports: dict[int, Report], step: int,
     """
     if decision.count < 1 or any(x is not None for x in (
             decision.error, decision.stopped, decision.mismatch, decision.refused,
-            decision.check_error, decision.diverged)):
+            decision.check_error, decision.diverged, decision.stream_diverged)):
         return decision
     for s in range(decision.count):
         for g, members in enumerate(groups):

@@ -2,9 +2,8 @@
 
 Stages, once per round of the step agreement (:mod:`jaxload._src.protocol`):
 
-1. **read ahead** (:class:`ReadAhead`): this process's next batches from its pipeline,
-   validated, their signature compared with the pass's first one (most of them read between
-   the previous round's handouts, so that the pipeline never idles while a round is consumed);
+1. **read ahead** (:class:`ReadAhead`): this process's next batches, validated (most of them
+   read between the previous round's handouts: the pipeline never idles while one is consumed);
 2. **decide**: a :class:`~jaxload._src.protocol.Report` to the leader, a
    :class:`~jaxload._src.protocol.Decision` back: how many steps exist, or why the pass ends;
 3. **assemble**: the agreed steps, padded where this process's data has run out, become
@@ -23,7 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import jax
 
-from jaxload._src import group_proof, protocol, round_check, same_dataset, signature
+from jaxload._src import group_proof, protocol, round_check, same_dataset, signature, stream_proof
 from jaxload._src.agreement import Decide, PeerFailedError, Reports
 from jaxload._src.assemble import build_global
 from jaxload._src.check import plan_and_batch_records
@@ -31,7 +30,7 @@ from jaxload._src.failures import Failure, add_note
 from jaxload._src.layout import Layout
 from jaxload._src.pass_context import PassContext
 from jaxload._src.protocol import Decision, Report
-from jaxload._src.read_ahead import ReadAhead
+from jaxload._src.read_ahead import Local, ReadAhead
 from jaxload._src.remainder import pad_rows
 from jaxload._src.stage import Stage
 from jaxload._src.stats import timed
@@ -59,18 +58,16 @@ class Handout(NamedTuple):
 
 
 class Pass:
-    """One pass of a loader as a generator of :class:`Handout`\\ s (see the module docstring).
-
-    It works with what its :class:`~jaxload._src.pass_context.PassContext` holds; when it is
-    closed, ``context.failure`` tells it whether the loop failed (the reshard): reported then.
-    """
+    """One pass of a loader as a generator of :class:`Handout`\\ s (see the module docstring),
+    from its :class:`~jaxload._src.pass_context.PassContext`; when it is closed,
+    ``context.failure`` tells it whether the loop failed (the reshard): reported then."""
 
     def __init__(self, context: PassContext, source: Iterable[tuple[HostBatch, Any]],
                  checked_in_round: Layout | None = None):
         self._context = context
         self._check_layout = checked_in_round  # the first step's check rides the first round
         self._held: Handout | None = None  # the first step, assembled before the first round
-        self._assembled: str | None = None  # the digest of the last batch assembled (proving)
+        self._assembled: Local | None = None  # the last batch assembled (its digests)
         self._exchange, self._plan_at = context.exchange, context.plan_at
         self._pad, self._stats = context.config.pad, context.stats
         self._check_period = context.config.check_period
@@ -79,10 +76,12 @@ class Pass:
         self._watchdog, self._recorder = context.watchdog, context.recorder
         watch = functools.partial(context.watchdog.reading, context.exchange.prefix,
                                   limit_s=context.config.timeout_s)
-        plan = context.plan  # a loading group of several processes proves its rows each step
-        self._proving = len(plan.loading_groups[plan.shard_index]) > 1 and self._check_period > 0
+        plan = context.plan  # a loading group of several processes proves its rows each step,
+        self._rows = len(plan.loading_groups[plan.shard_index]) > 1 and self._check_period > 0
+        self._streams = bool(getattr(source, "proves", False))  # a split proves its elements
+        self._proving = self._rows or self._streams
         self._reader = ReadAhead(source, self._plan_at, self._pad, self._stats, self._step,
-                                 context.recorder, watch, digests=self._proving)
+                                 context.recorder, watch, digests=self._rows)
         self._template: str | None = None  # the signature to pad with, if this process has none
         self._ended = self._reported = False  # no round follows; this process's failure told
         self._doing = Stage.ASSEMBLING  # or READING, PADDING: the part of stage 3 under way
@@ -104,6 +103,7 @@ class Pass:
                 if between:
                     self._read_between(decision.count - i - 1, window, decision.count)
             if not decision.more:
+                stream_proof.raise_if_diverged(decision)
                 group_proof.raise_if_diverged(decision)
                 return
 
@@ -119,24 +119,23 @@ class Pass:
             reader.fill(1 if known and not round_index else 0 if known else window)
 
         self._stage(Stage.READING, read)
-        check, layout, held_rows = None, self._check_layout, []
+        check, layout = None, self._check_layout
         if round_index == 0 and layout is not None and self._check_period and reader.ahead:
-            held = self._held = self._stage(Stage.ASSEMBLING, self._assemble)  # the first step
-            held_rows = [self._assembled or ""]
+            first = self._held = self._stage(Stage.ASSEMBLING, self._assemble)  # the first step
             with timed(self._stats, "check"):  # its check in this round's report
                 check = self._stage(Stage.CHECKING, lambda: plan_and_batch_records(
-                    layout, self._context.plan.global_batch_size, held.batch))
+                    layout, self._context.plan.global_batch_size, first.batch))
+        rows, stream = reader.digests([self._assembled] if self._held is not None else [])
         return Report(
             ready=len(reader.ahead) + (self._held is not None), digest=reader.digest, nbytes=reader.nbytes,
             length=protocol.as_jsonable(reader.length) if round_index == 0 else None,
             needs_template=(self._pad and reader.signature is None and self._template is None
                             and reader.exhausted), check=check, dataset=reader.take_described(),
-            rows=[*held_rows, *(b.digest or "" for b in reader.ahead)] if self._proving else None)
+            rows=rows if self._rows else None, stream=stream if self._streams else None)
 
     def _read_between(self, left: int, window: int, count: int) -> None:
         """Reads part of the next round's window after a handout, so that the pipeline keeps
-        reading while the round's ``left`` remaining steps are consumed (else it would idle, then
-        the consumer wait for a whole window). A failure is raised where the next round reads."""
+        reading while the round's ``left`` steps are consumed; a failure raises at the next."""
         if self._deferred is not None:
             return
         reader = self._reader
@@ -149,7 +148,7 @@ class Pass:
     # -- stage 2 -----------------------------------------------------------------------------
     def _decide(self, report: Report, window: int, total: int | None) -> Decision:
         step, pad, ahead = self._agreeing, self._pad, self._proving
-        groups = self._plan_at(step).loading_groups if ahead else ()
+        groups = self._plan_at(step).loading_groups if self._rows else ()
 
         def decide(reports: Reports) -> tuple[str, bool]:
             parsed = protocol.parse(reports)
@@ -157,6 +156,7 @@ class Pass:
                                        ahead=ahead)
             for verdict in (round_check.verdict, same_dataset.verdict):
                 decision = verdict(decision, parsed)
+            decision = stream_proof.verdict(decision, parsed, step)  # the cause comes first
             decision = group_proof.verdict(decision, parsed, step, groups)
             # a round carrying the template follows the decision that asks for it
             return decision.to_json(), decision.final and decision.template_from is None
@@ -218,7 +218,7 @@ class Pass:
     def _assemble(self) -> Handout:
         self._doing = Stage.READING  # a pass of known length reads each batch only now
         local = self._reader.take()
-        self._doing, self._assembled = Stage.ASSEMBLING, None if local is None else local.digest
+        self._doing, self._assembled = Stage.ASSEMBLING, local
         if local is None and not self._pad:
             raise RuntimeError(
                 f"this process's pipeline ended at step {self._step}, before the step count "

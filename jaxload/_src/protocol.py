@@ -74,6 +74,8 @@ class Report(_Compact):
         a hash of a few elements), compared between processes (:mod:`~jaxload._src.same_dataset`).
       rows: in a loading group of several processes, the digests of the batches it has ready,
         from the round's first step on (:mod:`~jaxload._src.group_proof`); else None.
+      stream: split by elements, the digests of the global batches its batches were kept
+        from, from the round's first step on (:mod:`~jaxload._src.stream_proof`); else None.
     """
 
     ready: int = 0
@@ -89,6 +91,7 @@ class Report(_Compact):
     check: dict[str, Any] | None = None
     dataset: dict[str, Any] | None = None
     rows: list[str] | None = None
+    stream: list[str] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +118,9 @@ class Decision(_Compact):
       diverged: the processes of a loading group read different rows at step ``count`` of the
         round (:mod:`~jaxload._src.group_proof`): every process hands out the ``count`` steps
         before it, then raises a ReplicationError with this message.
+      stream_diverged: the processes read different elements before the split at step
+        ``count`` of the round (:mod:`~jaxload._src.stream_proof`): every process hands out the
+        ``count`` steps before it, then raises a ValueError with this message.
     """
 
     count: int = 0
@@ -130,6 +136,7 @@ class Decision(_Compact):
     check_error: list[str] | None = None
     refused: str | None = None
     diverged: str | None = None
+    stream_diverged: str | None = None
 
     @property
     def final(self) -> bool:
@@ -156,7 +163,7 @@ def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,
       ...        step=0, window=2, pad=False)
       Decision(count=1, more=False, window=4, total=None, error=None, stopped=None, \
 mismatch=None, template_from=None, template=None, checked=False, check_error=None, \
-refused=None, diverged=None)
+refused=None, diverged=None, stream_diverged=None)
     """
     failed = {p: r for p, r in reports.items() if r.error is not None}
     if failed:

@@ -23,18 +23,22 @@ from jaxload._src.trees import HostBatch
 
 class Local(NamedTuple):
     """A validated per-process batch: its tree structure, numpy leaves and backend position,
-    and where the reader hashes batches, their digest (:func:`~jaxload._src.group_proof.digest`)."""
+    where the reader hashes batches, their digest (:func:`~jaxload._src.group_proof.digest`),
+    and where the source proves what it split, the digest of the global batch it was kept from
+    (:mod:`~jaxload._src.stream_proof`)."""
 
     treedef: Any
     leaves: list[np.ndarray]
     position: Any
     digest: str | None = None
+    stream: str | None = None
 
 
 class ReadAhead:
     """Stage 1: this process's batches, read ahead and validated.
 
-    ``source`` yields ``(batch, backend position after it)``; its optional ``length`` attribute
+    ``source`` yields ``(batch, backend position after it)``, or where it proves what it split
+    ``(batch, position, digest of the global batch)``; its optional ``length`` attribute
     is how many batches it holds (``protocol.INFINITE`` for no end), its optional ``describe()``
     what it shards, as the processes compare it (:mod:`~jaxload._src.same_dataset`), called
     before the first read. ``watch(step, first)``
@@ -75,12 +79,12 @@ class ReadAhead:
         while len(self.ahead) < n and not self.exhausted:
             first = self.next_step == self._first_step
             with timed(self._stats, "backend"), self._watch(self.next_step, first):
-                local, position = next(self._source, (None, None))
+                local, position, *stream = next(self._source, (None, None))
                 if local is None:
                     self.exhausted = True
                     return
             self.validating = True
-            self.ahead.append(self._validated(local, position))
+            self.ahead.append(self._validated(local, position, stream[0] if stream else None))
             self.validating = False
 
     def take_described(self) -> dict[str, Any] | None:
@@ -88,13 +92,20 @@ class ReadAhead:
         described, self._described = self._described, None
         return described
 
+    def digests(self, held: list[Local | None]) -> tuple[list[str], list[str]]:
+        """The digests of the batches ``held`` (None: a padded step) and of those read ahead, in
+        order: of their rows (``digests``), and of the global batches they were kept from."""
+        batches = [*held, *self.ahead]
+        return ([b.digest or "" if b else "" for b in batches],
+                [b.stream or "" if b else "" for b in batches])
+
     def take(self) -> Local | None:
         """The next batch (read now if none is ahead), or None when the pipeline has ended."""
         if not self.ahead:
             self.fill(1)
         return self.ahead.popleft() if self.ahead else None
 
-    def _validated(self, local: HostBatch, position: Any) -> Local:
+    def _validated(self, local: HostBatch, position: Any, stream: str | None) -> Local:
         if self._pad:
             check_paddable(local)
         if self._recorder is not None:
@@ -108,7 +119,7 @@ class ReadAhead:
             type(a) is np.ndarray for a in leaves) else None
         if seen is not None and seen == self._seen:
             self.next_step += 1
-            return Local(treedef, leaves, position, digest(leaves) if self._digests else None)
+            return Local(treedef, leaves, position, digest(leaves) if self._digests else None, stream)
         named = check_local_batch(local, plan, partial=self._pad)
         leaves = [a for _, a in named]
         key = (treedef, tuple((a.dtype.str, a.shape[1:]) for a in leaves))
@@ -126,4 +137,4 @@ class ReadAhead:
                 "changing shape would also recompile the training step.")
         self._seen = seen
         self.next_step += 1
-        return Local(treedef, leaves, position, digest(leaves) if self._digests else None)
+        return Local(treedef, leaves, position, digest(leaves) if self._digests else None, stream)

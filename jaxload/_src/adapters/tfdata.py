@@ -102,7 +102,11 @@ def from_tf_data(
         is read. With ``shard=True`` whole
         batches are then dealt out to the loading groups.
       checks: when to verify placement at run time: ``"first"`` step of each pass (default),
-        every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`.
+        every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`. Unless
+        ``"never"``, a pipeline split by elements also proves at every step that every
+        process read the same elements before the split (a digest of each global batch
+        compared in the step agreement), and a loading group of several processes that its
+        processes read the same rows.
       prefetch: global batches assembled ahead on a background thread while the training step
         runs (default 2; 0 turns it off).
       timeout_s: how long a process waits for the others at each step before raising, and
@@ -178,7 +182,8 @@ def from_tf_data(
                                  remainder=remainder, timeout_s=timeout_s, name=name)
     else:
         pipeline = TfDataset(ds, plan, global_batch_size=size, shard=shard,
-                             batched=batched, remainder=remainder)
+                             batched=batched, remainder=remainder,
+                             prove=config.check_period > 0)
     return Loader(pipeline, layout, plan, config, schedule)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from jaxload._src import compat
 from jaxload._src.pipelines.tf_file_ops import KEEP
+from jaxload._src.pipelines.tf_files import ELEMENTS, FILES, HINT, Sharding
 from jaxload._src.pipelines.tf_graph import (
     INTERLEAVES,
     RANDOM_VALUES,
@@ -34,6 +35,7 @@ from jaxload._src.pipelines.tf_graph import (
     input_constant,
     unordered,
 )
+from jaxload._src.plan import Plan
 
 # ops whose order is drawn at random unless seeded: (seed, seed2) input positions
 _SEEDED = {"ShuffleDataset": (2, 3), "ShuffleDatasetV3": (2, 3), "ShuffleAndRepeatDataset": (2, 3),
@@ -71,6 +73,34 @@ def order_varying(graph: DatasetGraph) -> list[str]:
                          "interleaves as many files as the machine has CPUs: pass reader_func="
                          "lambda datasets: datasets.interleave(lambda d: d, cycle_length=1)")
     return found
+
+
+def check_same_order(graph: DatasetGraph, sharding: Sharding, plan: Plan) -> None:
+    """Refuses, before any data, a pipeline whose order (or values) can differ between
+    processes where that would duplicate and lose records, or give the processes of one loading
+    group different rows. What must give the same order is what feeds the split: the whole
+    pipeline sharded by elements; the file names (less the shuffles TensorFlow moves after the
+    split) sharded by files; what comes before a ``SHARD_HINT``; and within a loading group of
+    several processes, everything."""
+    group = plan.loading_groups[plan.shard_index]
+    before = graph if sharding.mode == ELEMENTS else sharding.before
+    order = order_varying(before) if before is not None and plan.shard_count > 1 else []
+    if order:
+        where = {ELEMENTS: f"by elements (each process keeps 1 element in {plan.shard_count} "
+                           "of its own order)",
+                 FILES: "by files (each loading group keeps its share of the file names in "
+                        "their order on its own processes)",
+                 HINT: "at your shard(SHARD_HINT) (each loading group keeps its share of the "
+                       "elements before it, in their order on its own processes)"}
+        raise ValueError(
+            f"from_tf_data shards this pipeline {where[sharding.mode]}, but that order can differ "
+            "between processes, which would deliver some records twice and others never: "
+            f"{'; '.join(order)}")
+    varying = order_varying(graph) + value_varying(graph)
+    if varying and len(group) > 1:
+        raise ValueError(
+            f"processes {list(group)} form one loading group and must read identical rows, but "
+            f"this pipeline can give each of them other rows: {'; '.join(varying)}")
 
 
 def value_varying(graph: DatasetGraph) -> list[str]:

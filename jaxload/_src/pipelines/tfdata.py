@@ -27,12 +27,13 @@ from jaxload._src.pipelines.tf_iterator import (
     positioning,
     saveable,
 )
-from jaxload._src.pipelines.tf_order import constants, order_varying, structure, unseen_order, value_varying
+from jaxload._src.pipelines.tf_order import check_same_order, constants, structure, unseen_order
 from jaxload._src.pipelines.tf_probe import Probe as _Probe
-from jaxload._src.pipelines.tf_read import read_graph
+from jaxload._src.pipelines.tf_read import read_graph, with_options_of
 from jaxload._src.pipelines.tf_replay import Replay, position_of
 from jaxload._src.pipelines.tf_rewrite import sequential_interleaves
 from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
+from jaxload._src.pipelines.tf_stream import Split, digests
 from jaxload._src.plan import Plan
 from jaxload._src.protocol import INFINITE
 from jaxload._src.remainder import DROP, rows_read
@@ -45,14 +46,16 @@ class TfDataset:
 
     By files (``shard="files"``, or ``"auto"`` where it reads files) each group's pipeline reads
     only its own files; by elements it is ``ds.skip(rows).shard(K, k)`` from global row
-    ``rows``, which can start at any global row (another topology). Its length is tf.data's
-    cardinality where known; it reads no batch by index. Its spec is the element spec."""
+    ``rows``, which can start at any global row (another topology), or with ``prove`` (and no
+    replay) its split that proves what it reads (:mod:`~jaxload._src.pipelines.tf_stream`).
+    Its length is tf.data's cardinality where known; it reads no batch by index. Its spec is
+    the element spec."""
 
     by_index: bool = False
     not_resumable: str | None = None
 
     def __init__(self, ds: Any, plan: Plan, *, global_batch_size: int, shard: bool | str,
-                 batched: bool, remainder: str):
+                 batched: bool, remainder: str, prove: bool = True):
         check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
         graph, user = read_graph(ds), ds
         self._symbolic = graph.symbolic()
@@ -67,12 +70,16 @@ class TfDataset:
             self._ds = ds = with_own_caches(ds, plan, ELEMENTS)
         elif self.sharding.mode == HINT and graph.caches_to_files():
             self._share = with_own_caches(self._share, plan, HINT)
-        self._same = _Probe(self._ds, plan, self.sharding, batched, unseen_order(graph),
+        self._replay = self._replayed_share(ds, graph)
+        self._stream = Split.of(self._ds, plan, remainder == DROP) if (
+            prove and self.sharding.mode == ELEMENTS and plan.shard_count > 1 and self._replay is None
+            and not batched and plan.global_batch_size == global_batch_size) else None
+        self._same = _Probe(self._ds, plan, self.sharding, batched,  # the stream proves more
+                            [] if self._stream else unseen_order(graph),
                             structure(graph), sources=user, constants=constants(graph))
         self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
             f"tf.data/{self.sharding.mode}")
         self._save = saveable(graph)
-        self._replay = self._replayed_share(ds, graph)
         self.positioning = positioning(self._replay.passes.shuffles if self._replay else None,
                                        self._save, self._symbolic)
         self.batches = self.from_row(0)
@@ -123,25 +130,31 @@ class TfDataset:
             ``iter()`` starts a fresh iterator, so the passes from the same point (every pass
             from the start) share one: building it again cost every pass 2-5 ms."""
             if (skip, count) not in built:
-                pipeline = self._batched_group(group, skip)
-                if self._symbolic or count:  # a checkpoint with buffers would hold its batches
-                    pipeline = pipeline.prefetch(tf.data.AUTOTUNE)
+                pipeline, length = self._proved(start, skip) if self._stream else (
+                    self._batched_group(group, skip), None)
+                if self._symbolic or count or self._stream:  # a checkpoint with buffers would
+                    pipeline = pipeline.prefetch(tf.data.AUTOTUNE)  # hold its batches
                 pipeline = pipeline.with_options(options)
                 built.clear()  # a resume skipping batches builds its own, once
-                built[skip, count] = pipeline, _length(pipeline)
+                built[skip, count] = pipeline, length if self._stream else _length(pipeline)
             return built[skip, count]
+
+        def read(batches: Any) -> Any:
+            return digests(batches) if self._stream else batches
 
         def batches(position: Any) -> Batches:
             consumed = batches_of(position)
             count = self._save is None or isinstance(position, int) and consumed > 0
             pipeline, length = build(consumed if count else 0, count)
             if count:
-                return Batches(counted(pipeline, itertools.count(consumed + 1)),
-                               length=length, describe=self._same.described)
+                return Batches(read(counted(pipeline, itertools.count(consumed + 1))),
+                               length=length, describe=self._same.described,
+                               proves=bool(self._stream))
             remaining = length - consumed if length not in (None, INFINITE) else length
-            return Batches(checkpointed(pipeline, position,
-                                        ignore_external_state=bool(self._save)),
-                           length=remaining, describe=self._same.described)
+            return Batches(read(checkpointed(pipeline, position,
+                                             ignore_external_state=bool(self._save))),
+                           length=remaining, describe=self._same.described,
+                           proves=bool(self._stream))
 
         return batches
 
@@ -203,6 +216,17 @@ class TfDataset:
 
         return batches
 
+    def _proved(self, start: int, skip: int) -> tuple[Any, int | None]:
+        """Split by elements and proved (:mod:`~jaxload._src.pipelines.tf_stream`): this
+        group's ``(batch, fingerprints)`` from global row ``start``, after ``skip`` batches
+        (each took one global batch), with the user's options, and how many there are."""
+        split = self._stream
+        assert split is not None
+        rows = start + skip * split.groups * split.rows
+        below = split.below.skip(rows) if rows else split.below
+        return with_options_of(self._ds, split.dataset(below)), split.length(
+            int(below.cardinality()))
+
     def _group(self, start: int) -> Any:
         """By elements: ``ds.skip(start).shard(K, k)``, or with a padded global batch its real
         rows of each step, as batches. Otherwise (``start`` is 0) this group's share."""
@@ -241,34 +265,6 @@ _BY_FILES = (
     "from the state its own process took, as jaxload.checkpoint saves them). Resume on the same "
     "topology, restart the pass (no set_state), or build the loader with shard='elements', "
     "which can continue at any global row")
-
-
-def check_same_order(graph: DatasetGraph, sharding: Sharding, plan: Plan) -> None:
-    """Refuses, before any data, a pipeline whose order (or values) can differ between
-    processes where that would duplicate and lose records, or give the processes of one loading
-    group different rows. What must give the same order is what feeds the split: the whole
-    pipeline sharded by elements; the file names (less the shuffles TensorFlow moves after the
-    split) sharded by files; what comes before a ``SHARD_HINT``; and within a loading group of
-    several processes, everything."""
-    group = plan.loading_groups[plan.shard_index]
-    before = graph if sharding.mode == ELEMENTS else sharding.before
-    order = order_varying(before) if before is not None and plan.shard_count > 1 else []
-    if order:
-        where = {ELEMENTS: f"by elements (each process keeps 1 element in {plan.shard_count} "
-                           "of its own order)",
-                 FILES: "by files (each loading group keeps its share of the file names in "
-                        "their order on its own processes)",
-                 HINT: "at your shard(SHARD_HINT) (each loading group keeps its share of the "
-                       "elements before it, in their order on its own processes)"}
-        raise ValueError(
-            f"from_tf_data shards this pipeline {where[sharding.mode]}, but that order can differ "
-            "between processes, which would deliver some records twice and others never: "
-            f"{'; '.join(order)}")
-    varying = order_varying(graph) + value_varying(graph)
-    if varying and len(group) > 1:
-        raise ValueError(
-            f"processes {list(group)} form one loading group and must read identical rows, but "
-            f"this pipeline can give each of them other rows: {'; '.join(varying)}")
 
 
 def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:

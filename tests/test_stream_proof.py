@@ -1,0 +1,132 @@
+"""A tf.data pipeline split by elements proves, while it runs, that every process read the same
+elements: in real processes (2 processes x 2 devices: 2 loading groups, global batch 4).
+
+Each process reads the whole pipeline and keeps its share; a digest of every step's global
+batch rides the step agreement. A pipeline that reads other elements on one process stops every
+process with the same error before the step that differs; a random augmentation at the end of
+the pipeline (which runs on each share only) is no difference.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from placement import global_rows, record
+
+N = 48  # elements of every pipeline: 12 steps of 4
+
+
+def pipeline(shape: str):
+    """The pipeline ``shape``, built alike in every process except where it says."""
+    import jax
+    import tensorflow as tf
+
+    p = jax.process_index()
+    ids = tf.data.Dataset.from_generator(lambda: iter(range(N)),
+                                         output_signature=tf.TensorSpec((), tf.int64))
+    if shape == "same":
+        return ids.map(lambda i: {"id": i})
+    if shape == "differs-after-40":  # process 1 reads other elements from element 40 on
+        return tf.data.Dataset.from_generator(
+            lambda: iter([i + 1000 * (p == 1 and i >= 40) for i in range(N)]),
+            output_signature=tf.TensorSpec((), tf.int64)).map(lambda i: {"id": i})
+    if shape == "shuffled-in-batches":  # each process draws its own order within each batch
+        return ids.batch(8).map(tf.random.shuffle).unbatch().map(lambda i: {"id": i})
+    if shape == "random-filter":  # each process keeps other elements
+        return ids.filter(lambda i: tf.random.uniform(()) < 0.5).map(lambda i: {"id": i})
+    if shape == "augmented":  # random values in the last maps: on each share only
+        return ids.map(lambda i: {"id": i, "noise": tf.random.uniform(())}).map(
+            lambda e: {**e, "more": tf.ensure_shape(tf.numpy_function(
+                lambda: np.float32(np.random.random()), [], tf.float32, stateful=True), ())})
+    raise ValueError(shape)
+
+
+def run(shape: str, remainder: str = "pad", steps: int | None = None, state=None) -> dict:
+    import jaxload
+
+    rows = []
+    loader = jaxload.from_tf_data(pipeline(shape), jaxload.data_parallel(), global_batch_size=4,
+                                  remainder=remainder, timeout_s=60, on_failure="raise")
+    if state is not None:
+        loader.set_state(state)
+    try:
+        for batch in loader:
+            rows.append(record(batch))
+            if steps is not None and len(rows) == steps:
+                return dict(steps=rows, state=loader.get_state())
+    except Exception as e:  # noqa: BLE001 - the test compares what each process saw
+        return dict(steps=rows, error=f"{type(e).__name__}: {e}")
+    return dict(steps=rows, backend=loader.get_state()["backend"])
+
+
+def run_all() -> dict:
+    out = {shape: run(shape) for shape in ("same", "differs-after-40", "shuffled-in-batches",
+                                           "random-filter", "augmented")}
+    out["drop"] = run("same", remainder="drop")
+    first = run("same", steps=5)
+    out["resumed"] = [first, run("same", state=first["state"])]
+    return out
+
+
+@pytest.fixture(scope="module")
+def seen(clusters) -> dict:
+    return clusters.run(run_all, num_processes=2, local_devices=2, timeout_s=240)
+
+
+def ids(results: list[dict], key: str = "['id']") -> Counter:
+    """Every real row's id over all steps (padding left out)."""
+    rows: Counter = Counter()
+    for step in range(len(results[0]["steps"])):
+        values = global_rows(step, key, results)
+        masked = "['mask']" in results[0]["steps"][step]  # padded passes mark their real rows
+        mask = global_rows(step, "['mask']", results) if masked else dict.fromkeys(values, 1)
+        rows.update(int(values[r]) for r in sorted(mask) if mask[r])
+    return rows
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("shape", ["same", "augmented"])
+def test_the_same_elements_are_delivered_exactly_once(seen, shape):
+    results = [seen[p][shape] for p in range(2)]
+    assert all("error" not in r for r in results), results
+    assert ids(results) == Counter(range(N))
+
+
+@pytest.mark.cluster
+def test_a_difference_after_element_40_stops_both_before_step_10(seen):
+    results = [seen[p]["differs-after-40"] for p in range(2)]
+    for r in results:
+        assert len(r["steps"]) == 10, len(r["steps"])  # steps 0-9 hold elements 0-39
+        assert r["error"].startswith("ValueError: at step 10 the processes read different "
+                                     "elements of the pipeline before splitting it"), r["error"]
+        assert "process [0]" in r["error"] and "process [1]" in r["error"], r["error"]
+    assert results[0]["error"] == results[1]["error"]
+    assert ids(results) == Counter(range(40))
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("shape", ["shuffled-in-batches", "random-filter"])
+def test_an_unseeded_random_op_before_the_split_stops_both_before_any_step(seen, shape):
+    results = [seen[p][shape] for p in range(2)]
+    for r in results:
+        assert r["steps"] == [], r
+        assert r["error"].startswith("ValueError: at step 0 the processes read different"), r
+    assert results[0]["error"] == results[1]["error"]
+
+
+@pytest.mark.cluster
+def test_drop_delivers_every_full_step(seen):
+    results = [seen[p]["drop"] for p in range(2)]
+    assert all("error" not in r for r in results), results
+    assert ids(results) == Counter(range(N))
+
+
+@pytest.mark.cluster
+def test_a_resumed_pass_continues_exactly(seen):
+    first = [seen[p]["resumed"][0] for p in range(2)]
+    rest = [seen[p]["resumed"][1] for p in range(2)]
+    assert all("error" not in r for r in first + rest), (first, rest)
+    assert ids(first) + ids(rest) == Counter(range(N))
