@@ -22,7 +22,7 @@ import time
 import warnings
 from pathlib import Path
 
-from sections import arguments, ended, publish
+from sections import arguments, ended, ms_cell, publish, slowest
 
 import jaxload
 import jaxload.testing
@@ -85,22 +85,17 @@ def measure(rounds: int) -> dict:
     return out
 
 
-def _cell(seconds: list[float]) -> str:
-    return (f"{statistics.median(seconds) / PASSES * 1e3:.0f} "
-            f"({min(seconds) / PASSES * 1e3:.0f}-{max(seconds) / PASSES * 1e3:.0f})")
-
-
 def rows(topology: str, results: list[dict]) -> list[str]:
     lines = []
     for backend in BACKENDS:
         for batch in GLOBAL_BATCHES:
             key = f"{backend}|{batch}"
-            times = {c: [max(v) for v in zip(*(r[f"{key}|{c}"] for r in results), strict=True)]
-                     for c in ("first", "never")}
+            times = {c: slowest(results, f"{key}|{c}") for c in ("first", "never")}
             ratio = statistics.median(times["first"]) / statistics.median(times["never"])
             sent = {c: max(r[f"{key}|{c}|bytes"] for r in results) for c in ("first", "never")}
             lines.append(f"| {topology} | {backend} | {batch} ({N // batch}) | "
-                         f"{_cell(times['never'])} | {_cell(times['first'])} | {ratio:.2f} | "
+                         f"{ms_cell(times['never'], PASSES)} | {ms_cell(times['first'], PASSES)} | "
+                         f"{ratio:.2f} | "
                          f"{sent['never']:.0f} | {sent['first']:.0f} |")
     return lines
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -82,3 +83,14 @@ def first_batches_after(make: Callable[[], Any], states: dict[Any, Any], rounds:
             out.setdefault(key, []).append(time.perf_counter() - started)
             loader.close()
     return out
+
+
+def ms_cell(seconds: list[float], per: int = 1) -> str:
+    """``seconds / per`` in milliseconds: median (min-max)."""
+    median = statistics.median(seconds) / per
+    return f"{median * 1e3:.0f} ({min(seconds) / per * 1e3:.0f}-{max(seconds) / per * 1e3:.0f})"
+
+
+def slowest(results: list[dict], key: str) -> list[float]:
+    """Each round's value of ``key`` on the slowest process (``results``: one dict a process)."""
+    return [max(v) for v in zip(*(r[key] for r in results), strict=True)]

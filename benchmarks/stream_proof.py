@@ -28,7 +28,7 @@ import time
 import warnings
 from pathlib import Path
 
-from sections import arguments, ended, publish
+from sections import arguments, ended, ms_cell, publish, slowest
 
 import jaxload
 import jaxload.testing
@@ -130,21 +130,15 @@ def measure(rounds: int, files: list[str]) -> dict:
     return out
 
 
-def _cell(seconds: list[float]) -> str:
-    return (f"{statistics.median(seconds) / PASSES * 1e3:.0f} "
-            f"({min(seconds) / PASSES * 1e3:.0f}-{max(seconds) / PASSES * 1e3:.0f})")
-
-
 def rows(topology: str, results: list[dict]) -> list[str]:
     lines = []
     for name in PIPELINES:
         for batch in GLOBAL_BATCHES:
             key = f"{name}|{batch}"
-            times = {c: [max(v) for v in zip(*(r[f"{key}|{c}"] for r in results), strict=True)]
-                     for c in ("first", "never")}
+            times = {c: slowest(results, f"{key}|{c}") for c in ("first", "never")}
             ratio = statistics.median(times["first"]) / statistics.median(times["never"])
-            lines.append(f"| {topology} | {name} | {batch} | {_cell(times['never'])} | "
-                         f"{_cell(times['first'])} | {ratio:.2f} |")
+            lines.append(f"| {topology} | {name} | {batch} | {ms_cell(times['never'], PASSES)} | "
+                         f"{ms_cell(times['first'], PASSES)} | {ratio:.2f} |")
     return lines
 
 

@@ -35,7 +35,7 @@ import time
 import warnings
 from pathlib import Path
 
-from sections import arguments, ended, first_batches_after, publish
+from sections import arguments, ended, first_batches_after, ms_cell, publish
 
 import jaxload
 import jaxload.testing
@@ -158,11 +158,6 @@ def _slowest(series: list[list[float]]) -> list[float]:
     return [max(values) for values in zip(*series, strict=True)]
 
 
-def _cell(seconds: list[float], per: int = 1) -> str:
-    median = statistics.median(seconds) / per
-    return f"{median * 1e3:.0f} ({min(seconds) / per * 1e3:.0f}-{max(seconds) / per * 1e3:.0f})"
-
-
 def rows(topology: str, results: list[dict]) -> list[str]:
     lines = []
     for name in PIPELINES:
@@ -171,7 +166,7 @@ def rows(topology: str, results: list[dict]) -> list[str]:
                      for m in ("recipe", "jaxload")}
             ratio = statistics.median(times["jaxload"]) / statistics.median(times["recipe"])
             lines.append(f"| {topology} | {name} | {'kept' if kept else 'per epoch'} | "
-                         f"{_cell(times['recipe'], EPOCHS)} | {_cell(times['jaxload'], EPOCHS)} "
+                         f"{ms_cell(times['recipe'], EPOCHS)} | {ms_cell(times['jaxload'], EPOCHS)} "
                          f"| {ratio:.2f} |")
     return lines
 

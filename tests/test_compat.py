@@ -177,6 +177,14 @@ def test_a_shuffle_and_the_ops_over_it_are_rebuilt_as_they_were():
     for _ in range(2):  # each iterator reshuffles, as the user's own pipeline does
         assert list(rebuilt.as_numpy_iterator()) == list(ds.as_numpy_iterator())
     assert compat.tf_one_to_one(tf.data.Dataset.range(4).batch(2)) is None
+    table = tf.constant([5, 6, 7], tf.int64)  # a map's captured tensor goes with it
+    mapped = tf.data.Dataset.range(6).map(lambda x: {"v": x * 10 + table[x % 3]},
+                                          num_parallel_calls=2, deterministic=True)
+    below, apply = compat.tf_map_carrying(mapped)
+    pairs = apply(below.map(lambda x: (x, -x)))
+    assert [(e["v"], extra) for e, extra in pairs.as_numpy_iterator()] == [
+        (e["v"], -i) for i, e in enumerate(mapped.as_numpy_iterator())]
+    assert compat.tf_map_carrying(tf.data.Dataset.range(4).batch(2)) is None
     assert compat.tf_is_tensor_slices(tf.data.Dataset.from_tensor_slices([1, 2]))
     assert not compat.tf_is_tensor_slices(tf.data.Dataset.range(2))
     ids, labels = tf.constant([3, 1, 2]), tf.constant([7])

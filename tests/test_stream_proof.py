@@ -29,9 +29,9 @@ def pipeline(shape: str):
                                          output_signature=tf.TensorSpec((), tf.int64))
     if shape == "same":
         return ids.map(lambda i: {"id": i})
-    if shape == "differs-after-40":  # process 1 reads other elements from element 40 on
+    if shape == "differs-from-42":  # process 1 reads other elements from element 42 on
         return tf.data.Dataset.from_generator(
-            lambda: iter([i + 1000 * (p == 1 and i >= 40) for i in range(N)]),
+            lambda: iter([i + 1000 * (p == 1 and i >= 42) for i in range(N)]),
             output_signature=tf.TensorSpec((), tf.int64)).map(lambda i: {"id": i})
     if shape == "shuffled-in-batches":  # each process draws its own order within each batch
         return ids.batch(8).map(tf.random.shuffle).unbatch().map(lambda i: {"id": i})
@@ -63,7 +63,7 @@ def run(shape: str, remainder: str = "pad", steps: int | None = None, state=None
 
 
 def run_all() -> dict:
-    out = {shape: run(shape) for shape in ("same", "differs-after-40", "shuffled-in-batches",
+    out = {shape: run(shape) for shape in ("same", "differs-from-42", "shuffled-in-batches",
                                            "random-filter", "augmented")}
     out["drop"] = run("same", remainder="drop")
     first = run("same", steps=5)
@@ -96,13 +96,14 @@ def test_the_same_elements_are_delivered_exactly_once(seen, shape):
 
 
 @pytest.mark.cluster
-def test_a_difference_after_element_40_stops_both_before_step_10(seen):
-    results = [seen[p]["differs-after-40"] for p in range(2)]
+def test_a_difference_from_element_42_stops_both_before_step_10_naming_the_element(seen):
+    results = [seen[p]["differs-from-42"] for p in range(2)]
     for r in results:
         assert len(r["steps"]) == 10, len(r["steps"])  # steps 0-9 hold elements 0-39
         assert r["error"].startswith("ValueError: at step 10 the processes read different "
                                      "elements of the pipeline before splitting it"), r["error"]
         assert "process [0]" in r["error"] and "process [1]" in r["error"], r["error"]
+        assert "first at its element 2 (0-based)" in r["error"], r["error"]  # element 42
     assert results[0]["error"] == results[1]["error"]
     assert ids(results) == Counter(range(40))
 

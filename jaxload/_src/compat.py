@@ -305,6 +305,31 @@ def tf_one_to_one(ds: Any) -> tuple[Any, Callable[[Any], Any]] | None:
     return ds._input_dataset, again
 
 
+def tf_map_carrying(ds: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+    """For a ``map`` (with or without ``num_parallel_calls``) whose input and output are dense
+    tensors: its input, and a function that maps another dataset of ``(element, extra)`` pairs,
+    applying the same traced function to ``element`` and passing ``extra`` on. None for any
+    other dataset."""
+    import tensorflow as tf
+
+    kind = type(ds).__name__
+    if kind not in ("_MapDataset", "_ParallelMapDataset") or not all(
+            isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(
+                (ds.element_spec, ds._input_dataset.element_spec))):
+        return None
+    function, spec = ds._map_func.function, ds.element_spec
+    options: dict[str, Any] = {}
+    if kind == "_ParallelMapDataset":
+        options = {"num_parallel_calls": int(ds._num_parallel_calls),
+                   "deterministic": {"true": True, "false": False}.get(ds._deterministic)}
+
+    def apply(element: Any, extra: Any) -> tuple[Any, Any]:
+        return tf.nest.pack_sequence_as(spec, tf.nest.flatten(function(
+            *tf.nest.flatten(element)))), extra
+
+    return ds._input_dataset, lambda pairs: pairs.map(apply, **options)
+
+
 def tf_input_index(node: Any, name: str) -> int:
     """The position among ``node``'s inputs (a ``NodeDef`` of a tf.data graph) of its op's
     input argument ``name``, list arguments counted by their length: from the op's ``OpDef``,

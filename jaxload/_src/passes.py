@@ -125,13 +125,12 @@ class Pass:
             with timed(self._stats, "check"):  # its check in this round's report
                 check = self._stage(Stage.CHECKING, lambda: plan_and_batch_records(
                     layout, self._context.plan.global_batch_size, first.batch))
-        rows, stream = reader.digests([self._assembled] if self._held is not None else [])
         return Report(
             ready=len(reader.ahead) + (self._held is not None), digest=reader.digest, nbytes=reader.nbytes,
             length=protocol.as_jsonable(reader.length) if round_index == 0 else None,
             needs_template=(self._pad and reader.signature is None and self._template is None
                             and reader.exhausted), check=check, dataset=reader.take_described(),
-            rows=rows if self._rows else None, stream=stream if self._streams else None)
+            **reader.digests(self._assembled if self._held else None, self._rows, self._streams))
 
     def _read_between(self, left: int, window: int, count: int) -> None:
         """Reads part of the next round's window after a handout, so that the pipeline keeps
@@ -158,8 +157,9 @@ class Pass:
                 decision = verdict(decision, parsed)
             decision = stream_proof.verdict(decision, parsed, step)  # the cause comes first
             decision = group_proof.verdict(decision, parsed, step, groups)
-            # a round carrying the template follows the decision that asks for it
-            return decision.to_json(), decision.final and decision.template_from is None
+            # a round carrying the template (or naming an element) follows the decision
+            return decision.to_json(), decision.final and decision.template_from is None and (
+                decision.stream_diverged is None)
 
         with timed(self._stats, "agree"):
             decision = Decision.from_json(self._round(report, decide),
@@ -168,6 +168,9 @@ class Pass:
                 self._raise_mismatch(decision)
             if decision.template_from is not None:
                 self._template = self._template_round(decision.template_from, decision.final)
+            if decision.stream_diverged is not None:  # which element: one more round
+                decision = stream_proof.locate(decision, self._reader.at(decision.count, (
+                    self._assembled if self._held else None)), self._exchange.process_index, self._round)
         self._ended = decision.final  # no round follows
         if decision.error is not None:
             raise PeerFailedError(decision.error)
@@ -192,27 +195,24 @@ class Pass:
 
     def _raise_mismatch(self, decision: Decision) -> None:
         """A round of full signatures (one process per digest), then every process raises."""
-        reader, groups = self._reader, decision.mismatch
-        assert groups is not None
+        reader, groups = self._reader, decision.mismatch or {}
         speaks = reader.digest and self._exchange.process_index == min(groups[reader.digest])
-        mine = Report(signature=reader.signature if speaks else None)
 
         def message(reports: Reports) -> tuple[str, bool]:
-            texts = {p: r.signature for p, r in protocol.parse(reports).items() if r.signature}
-            readable = {p: signature.readable(t) for p, t in texts.items()}
+            readable = {p: signature.readable(r.signature)
+                        for p, r in protocol.parse(reports).items() if r.signature}
             return protocol.mismatch_error(self._agreeing, readable, groups), True
 
         self._ended = True
-        raise ValueError(self._round(mine, message))
+        raise ValueError(self._round(Report(signature=reader.signature if speaks else None), message))
 
     def _template_round(self, source: int, final: bool) -> str:
         """A round in which process ``source`` sends its signature to pad with."""
-        mine = Report(signature=self._reader.signature if self._exchange.process_index == source else None)
-
         def carried(reports: Reports) -> tuple[str, bool]:
             return protocol.parse(reports)[source].signature or "", final
 
-        return self._round(mine, carried)
+        return self._round(Report(signature=self._reader.signature if (
+            self._exchange.process_index == source) else None), carried)
 
     # -- stage 3 -----------------------------------------------------------------------------
     def _assemble(self) -> Handout:

@@ -120,7 +120,9 @@ class Decision(_Compact):
         before it, then raises a ReplicationError with this message.
       stream_diverged: the processes read different elements before the split at step
         ``count`` of the round (:mod:`~jaxload._src.stream_proof`): every process hands out the
-        ``count`` steps before it, then raises a ValueError with this message.
+        ``count`` steps before it, then raises a ValueError with this message; ``stream_read``:
+        which processes read which digest there (a round follows, naming the first element that
+        differs).
     """
 
     count: int = 0
@@ -137,6 +139,7 @@ class Decision(_Compact):
     refused: str | None = None
     diverged: str | None = None
     stream_diverged: str | None = None
+    stream_read: dict[str, list[int]] | None = None
 
     @property
     def final(self) -> bool:
@@ -163,7 +166,7 @@ def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,
       ...        step=0, window=2, pad=False)
       Decision(count=1, more=False, window=4, total=None, error=None, stopped=None, \
 mismatch=None, template_from=None, template=None, checked=False, check_error=None, \
-refused=None, diverged=None, stream_diverged=None)
+refused=None, diverged=None, stream_diverged=None, stream_read=None)
     """
     failed = {p: r for p, r in reports.items() if r.error is not None}
     if failed:

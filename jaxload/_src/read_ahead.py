@@ -6,7 +6,7 @@ import collections
 import contextlib
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager as ContextManager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import jax
 import numpy as np
@@ -32,13 +32,22 @@ class Local(NamedTuple):
     position: Any
     digest: str | None = None
     stream: str | None = None
+    elements: bytes | None = None  # the fingerprints of that global batch's elements
+
+
+class Digests(TypedDict):
+    """A report's digests of a round's batches (:meth:`ReadAhead.digests`)."""
+
+    rows: list[str] | None
+    stream: list[str] | None
 
 
 class ReadAhead:
     """Stage 1: this process's batches, read ahead and validated.
 
     ``source`` yields ``(batch, backend position after it)``, or where it proves what it split
-    ``(batch, position, digest of the global batch)``; its optional ``length`` attribute
+    ``(batch, position, (digest of the global batch, fingerprints of its elements))``; its
+    optional ``length`` attribute
     is how many batches it holds (``protocol.INFINITE`` for no end), its optional ``describe()``
     what it shards, as the processes compare it (:mod:`~jaxload._src.same_dataset`), called
     before the first read. ``watch(step, first)``
@@ -87,17 +96,24 @@ class ReadAhead:
             self.ahead.append(self._validated(local, position, stream[0] if stream else None))
             self.validating = False
 
+    def at(self, s: int, held: Local | None = None) -> Local | None:
+        """The batch of the round's step ``s``, ``held`` (the first step, assembled already) and
+        those read ahead counted; None where this process has none there."""
+        batches = [held, *self.ahead] if held is not None else list(self.ahead)
+        return batches[s] if s < len(batches) else None
+
     def take_described(self) -> dict[str, Any] | None:
         """The source's description, once (for the first round's report), then None."""
         described, self._described = self._described, None
         return described
 
-    def digests(self, held: list[Local | None]) -> tuple[list[str], list[str]]:
-        """The digests of the batches ``held`` (None: a padded step) and of those read ahead, in
-        order: of their rows (``digests``), and of the global batches they were kept from."""
-        batches = [*held, *self.ahead]
-        return ([b.digest or "" if b else "" for b in batches],
-                [b.stream or "" if b else "" for b in batches])
+    def digests(self, held: Local | None, rows: bool, stream: bool) -> Digests:
+        """A report's digests of the round's batches (``held``: its first step, assembled
+        already), in order: of their rows where ``rows``, of the global batches they were kept
+        from where ``stream``; ``""`` for a padded step."""
+        batches = [held, *self.ahead] if held is not None else list(self.ahead)
+        return {"rows": [b.digest or "" for b in batches] if rows else None,
+                "stream": [b.stream or "" for b in batches] if stream else None}
 
     def take(self) -> Local | None:
         """The next batch (read now if none is ahead), or None when the pipeline has ended."""
@@ -105,7 +121,9 @@ class ReadAhead:
             self.fill(1)
         return self.ahead.popleft() if self.ahead else None
 
-    def _validated(self, local: HostBatch, position: Any, stream: str | None) -> Local:
+    def _validated(self, local: HostBatch, position: Any, proof: tuple[str, bytes] | None
+                   ) -> Local:
+        stream, elements = proof or (None, None)
         if self._pad:
             check_paddable(local)
         if self._recorder is not None:
@@ -119,7 +137,8 @@ class ReadAhead:
             type(a) is np.ndarray for a in leaves) else None
         if seen is not None and seen == self._seen:
             self.next_step += 1
-            return Local(treedef, leaves, position, digest(leaves) if self._digests else None, stream)
+            return Local(treedef, leaves, position, digest(leaves) if self._digests else None,
+                         stream, elements)
         named = check_local_batch(local, plan, partial=self._pad)
         leaves = [a for _, a in named]
         key = (treedef, tuple((a.dtype.str, a.shape[1:]) for a in leaves))
@@ -137,4 +156,5 @@ class ReadAhead:
                 "changing shape would also recompile the training step.")
         self._seen = seen
         self.next_step += 1
-        return Local(treedef, leaves, position, digest(leaves) if self._digests else None, stream)
+        return Local(treedef, leaves, position, digest(leaves) if self._digests else None,
+                     stream, elements)

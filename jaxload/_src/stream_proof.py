@@ -14,9 +14,16 @@ batch is empty) has nothing to compare there.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from jaxload._src import protocol
 from jaxload._src.protocol import Decision, Report
 from jaxload._src.whereabouts import ranges
+
+if TYPE_CHECKING:
+    from jaxload._src.exchange import Decide, Reports
+    from jaxload._src.read_ahead import Local
 
 CAUSES = ("a random op before the split without a seed (in a filter, an interleave, a batch "
           "later unbatched), a generator or py_function that yields another order or other "
@@ -47,9 +54,45 @@ def verdict(decision: Decision, reports: dict[int, Report], step: int) -> Decisi
         seen = {p: r.stream[s] for p, r in reports.items()
                 if r.stream is not None and s < len(r.stream) and r.stream[s]}
         if len(set(seen.values())) > 1:
+            read: dict[str, list[int]] = {}
+            for p, d in sorted(seen.items()):
+                read.setdefault(d, []).append(p)
             return dataclasses.replace(decision, count=s, more=False, template_from=None,
-                                       stream_diverged=_message(step + s, seen))
+                                       stream_diverged=_message(step + s, read), stream_read=read)
     return decision
+
+
+def locate(decision: Decision, local: Local | None, process_index: int,
+           round: Callable[[Report, Decide], str]) -> Decision:
+    """``decision`` (diverged) with its message naming the first element of the step's global
+    batch that differs: one more ``round``, in which one process per digest sends the
+    fingerprints of that global batch's elements (``local``: its batch at that step)."""
+    read, message = decision.stream_read or {}, decision.stream_diverged or ""
+    speaks = local is not None and local.elements is not None and local.stream in read and (
+        process_index == min(read[local.stream]))
+    mine = Report(signature=local.elements.hex() if speaks and local and local.elements else None)
+
+    def first(reports: Reports) -> tuple[str, bool]:
+        sent = [r.signature for r in protocol.parse(reports).values() if r.signature]
+        return located(message, sent), True
+
+    return dataclasses.replace(decision, stream_diverged=round(mine, first))
+
+
+def located(message: str, sent: list[str]) -> str:
+    """``message`` naming the first element whose fingerprints (16 hex digits each, per
+    process in ``sent``) differ.
+
+    Example:
+      >>> located("... digest b on process [1]. Split", ["00" * 8 + "11" * 8, "00" * 8 + "22" * 8])
+      '... digest b on process [1], first at its element 1 (0-based). Split'
+    """
+    if len(sent) < 2:
+        return message
+    for i in range(max(len(s) for s in sent) // 16):
+        if len({s[16 * i:16 * i + 16] for s in sent}) > 1:
+            return message.replace(". Split", f", first at its element {i} (0-based). Split", 1)
+    return message
 
 
 def raise_if_diverged(decision: Decision) -> None:
@@ -58,10 +101,7 @@ def raise_if_diverged(decision: Decision) -> None:
         raise ValueError(decision.stream_diverged)
 
 
-def _message(step: int, seen: dict[int, str]) -> str:
-    read: dict[str, list[int]] = {}
-    for p, d in sorted(seen.items()):
-        read.setdefault(d, []).append(p)
+def _message(step: int, read: dict[str, list[int]]) -> str:
     what = "; ".join(f"digest {d} on process{'es' if len(ps) > 1 else ''} [{ranges(ps)}]"
                      for d, ps in read.items())
     return (f"at step {step} the processes read different elements of the pipeline before "

@@ -9,13 +9,13 @@ pipeline below its trailing one-to-one ops (the ``map``\\ s a pass applies to it
 a random augmentation may draw other values on each process) is read a global batch at a time,
 ``batch(K * local_batch_size)``, and each group keeps rows ``k::K`` of it — the rows
 ``shard(K, k).batch(local_batch_size)`` would give — with a fingerprint of every element of the
-global batch (``tf.fingerprint`` of each feature's bytes, 8 bytes per element). Python folds those
-into one digest per step (:func:`digests`); the step agreement compares the digests of every
-process before any process hands the step out (:mod:`~jaxload._src.stream_proof`).
+global batch (``tf.fingerprint`` of each feature's bytes, 8 bytes per element). The reader hashes
+those into one digest per step (:func:`fingerprinted`); the step agreement compares the digests of
+every process before any process hands the step out (:mod:`~jaxload._src.stream_proof`).
 
-The trailing ops then run on the group's rows only, as in a pass positioned by replay: the
-global batch's share is sliced back into elements, mapped, and batched again, inside one
-``flat_map`` per global batch.
+The trailing maps then run on the group's rows only, as in a pass positioned by replay: the
+global batch's share is unbatched, mapped (the same traced functions, each row carrying its
+fingerprints past them) and batched again.
 
 Example:
   >>> import tensorflow as tf
@@ -23,8 +23,8 @@ Example:
   ...     global_batch_size=4, process_index=1)
   >>> ds = tf.data.Dataset.range(10).map(lambda x: 10 * x)
   >>> split = Split.of(ds, plan, drop=False)
-  >>> [(b.tolist(), len(fps)) for b, fps in split.dataset(split.below).as_numpy_iterator()]
-  [([10, 30], 4), ([50, 70], 4), ([90], 2)]
+  >>> [(b.tolist(), c.shape) for b, c in split.dataset(split.below).as_numpy_iterator()]
+  [([10, 30], (2, 3, 8)), ([50, 70], (2, 3, 8)), ([90], (1, 3, 8))]
   >>> split.length(10)   # batches of this process from 10 elements
   3
 """
@@ -36,16 +36,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from jaxload._src import compat
 from jaxload._src.plan import Plan
 from jaxload._src.protocol import INFINITE
 from jaxload._src.trees import HostBatch
 
-# one-to-one ops not applied again to each global batch's share: the user's options go on the
-# whole pipeline, and a prefetch inside would start a thread per global batch
-_NOT_PER_SHARE = frozenset({"_OptionsDataset", "_PrefetchDataset"})
+# one-to-one ops over the split left out: the user's options go on the whole pipeline, and
+# jaxload prefetches its batches
+_DROPPED = frozenset({"_OptionsDataset", "_PrefetchDataset"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,10 +73,14 @@ class Split:
         import tensorflow as tf
 
         above: list[Callable[[Any], Any]] = []
-        while (step := compat.tf_one_to_one(ds)) is not None:
-            if type(ds).__name__ not in _NOT_PER_SHARE:
-                above.append(step[1])
-            ds = step[0]
+        while True:
+            if type(ds).__name__ in _DROPPED and (step := compat.tf_one_to_one(ds)):
+                ds = step[0]
+            elif (carried := compat.tf_map_carrying(ds)) is not None:
+                ds, apply = carried
+                above.append(apply)
+            else:
+                break
         if not all(isinstance(spec, tf.TensorSpec) and spec.shape.is_fully_defined()
                    for spec in tf.nest.flatten(ds.element_spec)):
             return None
@@ -86,38 +89,39 @@ class Split:
 
     def dataset(self, below: Any) -> Any:
         """This group's batches of ``below`` (the pipeline under the trailing ops, from some
-        element on), each as ``(batch, fingerprints)``: the batch after the trailing ops, and
-        one fingerprint (8 bytes) per element of the global batch it was kept from."""
+        element on), each as ``(batch, carried)``: the batch after the trailing ops, and for
+        each of its rows ``[K + 1, 8]`` uint8: the fingerprint of the whole global batch, then
+        those of the ``K`` elements of the row's block (the elements ``j*K`` to ``j*K + K - 1``
+        of row ``j``'s global batch, zeros past its end)."""
         import tensorflow as tf
 
-        structure = below.element_spec
-        width, group = self.groups * self.rows, self.group
+        structure, groups, group = below.element_spec, self.groups, self.group
 
         def share(*args: Any) -> tuple[Any, Any]:
             leaves = tf.nest.flatten(args)
             fps = [tf.fingerprint(tf.reshape(x, [tf.shape(x)[0], -1])) for x in leaves]
             fp = fps[0] if len(fps) == 1 else tf.fingerprint(tf.concat(fps, axis=1))
-            kept = tf.nest.pack_sequence_as(structure, [x[group::self.groups] for x in leaves])
-            return kept, fp
+            kept = [x[group::groups] for x in leaves]
+            n, rows = tf.shape(fp)[0], tf.shape(kept[0])[0]
+            blocks = (n + groups - 1) // groups
+            per_block = tf.reshape(tf.pad(fp, [[0, blocks * groups - n], [0, 0]]),
+                                   [blocks, groups, 8])[:rows]
+            whole = tf.tile(tf.fingerprint(tf.reshape(fp, [1, -1]))[None], [rows, 1, 1])
+            return (tf.nest.pack_sequence_as(structure, kept),
+                    tf.concat([whole, per_block], axis=1))
 
-        blocks = below.batch(width).map(share)
+        blocks = below.batch(groups * self.rows).map(share)
         if not self.above:
             return blocks.filter(self._keeps)
+        rows = blocks.unbatch()
+        for apply in self.above:
+            rows = apply(rows)
+        return rows.batch(self.rows, drop_remainder=self.drop)
 
-        def regrouped(kept: Any, fp: Any) -> Any:
-            rows = tf.data.Dataset.from_tensor_slices(kept)
-            for again in self.above:
-                rows = again(rows)
-            batch = rows.batch(self.rows, drop_remainder=self.drop)
-            return batch.map(lambda *b: (tf.nest.pack_sequence_as(
-                batch.element_spec, tf.nest.flatten(b)), fp))
-
-        return blocks.flat_map(regrouped)
-
-    def _keeps(self, kept: Any, fp: Any) -> Any:
+    def _keeps(self, kept: Any, carried: Any) -> Any:
         import tensorflow as tf
 
-        n = tf.shape(tf.nest.flatten(kept)[0])[0]
+        n = tf.shape(carried)[0]
         return tf.equal(n, self.rows) if self.drop else n > 0
 
     def length(self, elements: int) -> int | None:
@@ -132,8 +136,11 @@ class Split:
         return full + (last > 0 and (not self.drop or last == self.rows))
 
 
-def digests(batches: Iterator[tuple[Any, Any]]) -> Iterator[tuple[HostBatch, Any, str]]:
-    """``(batch, position, digest)`` from a pass's ``((batch, fingerprints), position)``: the
-    digest is XXH3-64 of the step's global batch's fingerprints, as 16 hex digits."""
-    for (batch, fps), position in batches:
-        yield batch, position, xxhash.xxh3_64_hexdigest(np.ascontiguousarray(fps).tobytes())
+def fingerprinted(batches: Iterator[tuple[Any, Any]]
+                  ) -> Iterator[tuple[HostBatch, Any, tuple[str, bytes]]]:
+    """``(batch, position, (digest, fingerprints))`` from a pass's ``((batch, carried),
+    position)``: the global batch's fingerprint as 16 hex digits, and those of the elements of
+    the batch's rows' blocks, in order (8 bytes each)."""
+    for (batch, carried), position in batches:
+        yield batch, position, (carried[0, 0].tobytes().hex(),
+                                np.ascontiguousarray(carried[:, 1:]).tobytes())

@@ -33,7 +33,7 @@ from jaxload._src.pipelines.tf_read import read_graph, with_options_of
 from jaxload._src.pipelines.tf_replay import Replay, position_of
 from jaxload._src.pipelines.tf_rewrite import sequential_interleaves
 from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
-from jaxload._src.pipelines.tf_stream import Split, digests
+from jaxload._src.pipelines.tf_stream import Split, fingerprinted
 from jaxload._src.plan import Plan
 from jaxload._src.protocol import INFINITE
 from jaxload._src.remainder import DROP, rows_read
@@ -140,7 +140,7 @@ class TfDataset:
             return built[skip, count]
 
         def read(batches: Any) -> Any:
-            return digests(batches) if self._stream else batches
+            return fingerprinted(batches) if self._stream else batches
 
         def batches(position: Any) -> Batches:
             consumed = batches_of(position)
