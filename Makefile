@@ -67,6 +67,7 @@ bench: install
 	$(PY) benchmarks/tf_files.py
 	$(PY) benchmarks/tf_memory.py
 	$(PY) benchmarks/group_proof.py
+	$(PY) benchmarks/stream_proof.py
 	$(PY) benchmarks/step_cost.py
 	$(PY) benchmarks/order_check.py
 

@@ -44,11 +44,13 @@ def pipeline(shape: str):
     raise ValueError(shape)
 
 
-def run(shape: str, remainder: str = "pad", steps: int | None = None, state=None) -> dict:
+def run(shape: str, remainder: str = "pad", steps: int | None = None, state=None,
+        batched: bool = False) -> dict:
     import jaxload
 
     rows = []
-    loader = jaxload.from_tf_data(pipeline(shape), jaxload.data_parallel(), global_batch_size=4,
+    ds = pipeline(shape).batch(2, drop_remainder=True) if batched else pipeline(shape)
+    loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=4, batched=batched,
                                   remainder=remainder, timeout_s=60, on_failure="raise")
     if state is not None:
         loader.set_state(state)
@@ -66,6 +68,7 @@ def run_all() -> dict:
     out = {shape: run(shape) for shape in ("same", "differs-from-42", "shuffled-in-batches",
                                            "random-filter", "augmented")}
     out["drop"] = run("same", remainder="drop")
+    out["batched"] = run("differs-from-42", batched=True)  # batches of 2: one a group a step
     first = run("same", steps=5)
     out["resumed"] = [first, run("same", state=first["state"])]
     return out
@@ -105,6 +108,16 @@ def test_a_difference_from_element_42_stops_both_before_step_10_naming_the_eleme
         assert "process [0]" in r["error"] and "process [1]" in r["error"], r["error"]
         assert "first at its element 2 (0-based)" in r["error"], r["error"]  # element 42
     assert results[0]["error"] == results[1]["error"]
+    assert ids(results) == Counter(range(40))
+
+
+@pytest.mark.cluster
+def test_a_pipeline_batched_by_the_user_is_proved_batch_by_batch(seen):
+    results = [seen[p]["batched"] for p in range(2)]
+    for r in results:
+        assert len(r["steps"]) == 10, len(r["steps"])
+        assert r["error"].startswith("ValueError: at step 10 the processes read different"), r
+        assert "first at its element 1 (0-based)" in r["error"], r["error"]  # its 2nd batch
     assert ids(results) == Counter(range(40))
 
 

@@ -569,11 +569,11 @@ def test_the_first_elements_are_compared_only_where_the_graph_cannot_show_the_or
         tf.data.Dataset.range(4).interleave(lambda j: tf.data.Dataset.range(j),
                                             cycle_length=cpus + 1)))
     # what a process describes: sharded by elements, its ops, and its first elements where the
-    # graph cannot show the order and the split does not prove its stream (elements that are
-    # batches already); a proved split compares every global batch instead
+    # graph cannot show the order and the split does not prove its stream (batches of no static
+    # shape); a proved split compares every global batch instead
     p = plan()
-    batched = TfDataset(generated.map(lambda i: {"x": i}).batch(4, drop_remainder=True), p,
-                        global_batch_size=16, shard="auto", batched=True, remainder="drop")
+    batched = TfDataset(generated.map(lambda i: {"x": i}).batch(4), p,  # no static shape
+                        global_batch_size=16, shard="auto", batched=True, remainder="pad")
     assert batched._same.described()["same"]["first elements"].startswith("2 hashed: ")
     proved = share(generated.map(lambda i: {"x": i}), p)
     assert proved._same.described()["same"]["first elements"] is None

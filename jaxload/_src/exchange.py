@@ -261,7 +261,10 @@ class Exchange:
 
     def _timeout_error(self, t: Transport, r: int, where: str, cause: Exception) -> PeerTimeoutError:
         arrived = self._arrived(t, r)
-        if arrived is None:
+        if arrived is None and t.process_index == LEADER:  # the service runs in this process
+            who = (f"the coordination service stopped answering ({cause}), as it does once it "
+                   "finds a process gone")
+        elif arrived is None:
             who = f"the coordinator (process 0) did not answer ({cause})"
         else:
             missing = sorted(set(range(t.process_count)) - arrived)

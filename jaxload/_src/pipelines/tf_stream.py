@@ -54,7 +54,8 @@ class Split:
     Attributes:
       below: the pipeline under its trailing one-to-one ops (``map``, ``prefetch``).
       above: those ops, each as a function applying it to another input, in their order.
-      groups, group, rows: ``K``, this group's ``k``, and ``local_batch_size``.
+      groups, group, rows: ``K``, this group's ``k``, and the elements a group keeps of each
+        step: ``local_batch_size``, or 1 where the elements are batches already (``batched``).
       drop: a process's last, partial batch is dropped (``remainder="drop"``).
     """
 
@@ -64,9 +65,10 @@ class Split:
     group: int
     rows: int
     drop: bool
+    batched: bool = False
 
     @classmethod
-    def of(cls, ds: Any, plan: Plan, drop: bool) -> Split | None:
+    def of(cls, ds: Any, plan: Plan, drop: bool, batched: bool = False) -> Split | None:
         """The split of ``ds`` for this process's loading group under ``plan``; None where the
         elements below the trailing ops cannot be batched whole (a feature of unknown shape,
         ragged or sparse: hashed element by element it would cost too much)."""
@@ -85,7 +87,7 @@ class Split:
                    for spec in tf.nest.flatten(ds.element_spec)):
             return None
         return cls(ds, tuple(reversed(above)), plan.shard_count, plan.shard_index,
-                   plan.local_batch_size, drop)
+                   1 if batched else plan.local_batch_size, drop, batched)
 
     def dataset(self, below: Any) -> Any:
         """This group's batches of ``below`` (the pipeline under the trailing ops, from some
@@ -111,12 +113,12 @@ class Split:
                     tf.concat([whole, per_block], axis=1))
 
         blocks = below.batch(groups * self.rows).map(share)
-        if not self.above:
+        if not self.above and not self.batched:
             return blocks.filter(self._keeps)
         rows = blocks.unbatch()
         for apply in self.above:
             rows = apply(rows)
-        return rows.batch(self.rows, drop_remainder=self.drop)
+        return rows if self.batched else rows.batch(self.rows, drop_remainder=self.drop)
 
     def _keeps(self, kept: Any, carried: Any) -> Any:
         import tensorflow as tf
@@ -142,5 +144,6 @@ def fingerprinted(batches: Iterator[tuple[Any, Any]]
     position)``: the global batch's fingerprint as 16 hex digits, and those of the elements of
     the batch's rows' blocks, in order (8 bytes each)."""
     for (batch, carried), position in batches:
+        carried = carried.reshape(-1, *carried.shape[-2:])  # one row: a batch already
         yield batch, position, (carried[0, 0].tobytes().hex(),
                                 np.ascontiguousarray(carried[:, 1:]).tobytes())

@@ -71,9 +71,9 @@ class TfDataset:
         elif self.sharding.mode == HINT and graph.caches_to_files():
             self._share = with_own_caches(self._share, plan, HINT)
         self._replay = self._replayed_share(ds, graph)
-        self._stream = Split.of(self._ds, plan, remainder == DROP) if (
+        self._stream = Split.of(self._ds, plan, remainder == DROP, batched) if (
             prove and self.sharding.mode == ELEMENTS and plan.shard_count > 1 and self._replay is None
-            and not batched and plan.global_batch_size == global_batch_size) else None
+            and plan.global_batch_size == global_batch_size) else None
         self._same = _Probe(self._ds, plan, self.sharding, batched,  # the stream proves more
                             [] if self._stream else unseen_order(graph),
                             structure(graph), sources=user, constants=constants(graph))
