@@ -41,6 +41,7 @@ from jaxload._src.whereabouts import Created, Name, OutOfStepError, ranges
 from jaxload._src.wire import MalformedValueError
 
 LEADER = 0
+_GRACE_S = 2.0  # a wait past its timeout_s for a failure a peer tells about then
 T = TypeVar("T")
 
 _FINAL, _GOES_ON, _FAILED = "F", "C", "E"  # the first character of a published decision
@@ -195,7 +196,7 @@ class Exchange:
         """The value of ``key``, waiting up to ``timeout_s``. A wait that lasts
         :data:`~jaxload._src.whereabouts.SUSPECT_S` posts where this process waits, ends on a peer's
         failure, and looks for processes out of step with this one."""
-        deadline = time.monotonic() + self._timeout_s
+        deadline, graced = time.monotonic() + self._timeout_s, self._watch is None
         posted = None
         try:
             while True:
@@ -206,8 +207,11 @@ class Exchange:
                 except TransportUnavailable:
                     raise
                 except TransportTimeout:
-                    if time.monotonic() >= deadline:
+                    if time.monotonic() >= deadline and graced:
                         raise
+                    if time.monotonic() >= deadline:  # a peer whose pipeline got stuck while
+                        # it read ahead for this round tells the cause about now
+                        deadline, graced = time.monotonic() + _GRACE_S, True
                 if self._watch is not None:
                     interruption = self._watch.interruption(self.prefix)
                     if interruption is not None:

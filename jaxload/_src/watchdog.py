@@ -26,13 +26,10 @@ What happens on a failure (:func:`publish`):
    process ever ended (no peers wait for it). The failed pass's own ``on_failure`` decides,
    whenever the failure arrives (:mod:`jaxload._src.failure_modes`).
 
-The watchdog also watches the pipeline: a batch that takes longer than ``timeout_s`` to read (the
-first batch of a pass: :data:`FIRST_BATCH_FACTOR` times as long) is a failure that names the
-pipeline as stuck, with the stack of the thread it is stuck in. A process that has used a loader
-and ends with an uncaught exception publishes it at exit (it has unwound the loop by then, so
-"while a loader is active" cannot be told from "after it"; the others may wait for this process in
-a collective either way). A process that is killed cannot say anything: JAX's heartbeat
-(``heartbeat_timeout_s``, 100 s by default) or ``jaxload launch`` ends the others.
+The watchdog also watches the pipeline: a batch read longer than ``timeout_s`` (the first of a
+pass: :data:`FIRST_BATCH_FACTOR` times) is a failure naming the pipeline as stuck, with its
+thread's stack. A process that used a loader and ends with an uncaught exception publishes it at
+exit. A killed process cannot: JAX's heartbeat or ``jaxload launch`` ends the others.
 """
 
 from __future__ import annotations
@@ -62,7 +59,7 @@ __all__ = ("FIRST_BATCH_FACTOR", "WAKE_S", "Watchdog", "this_process")
 
 WAKE_S = 10.0  # the longest a watchdog's blocking read lasts: one RPC per process per WAKE_S
 FIRST_BATCH_FACTOR = 3  # the first batch of a pass may take this many times timeout_s
-_STOP = "stop"
+_STOP, _LOOK = "stop", "look"  # alarm values: the thread ends; it looks at the reads now
 
 
 class _Read:
@@ -96,6 +93,7 @@ class Watchdog:
         self.failure_mode = ("raise", 0.0)  # on_failure and exit_grace_s for self.failure
         self._thread: threading.Thread | None = None
         self.rpcs = 0  # blocking reads made by the watchdog (its whole cost to the coordinator)
+        self._waking_at = float("inf")  # when the thread's blocking read ends at the latest
 
     # -- the loader's side -------------------------------------------------------------------
     def start(self) -> None:
@@ -128,6 +126,8 @@ class Watchdog:
         read = _Read(exchange, step, limit_s * (FIRST_BATCH_FACTOR if first else 1))
         key = id(read)
         self._reads[key] = read
+        if read.deadline < self._waking_at and self._transport is not None:  # a limit shorter
+            self._transport.set(alarm_key(self.process_index), _LOOK)  # than the thread's wait
         try:
             yield
         finally:
@@ -176,6 +176,7 @@ class Watchdog:
             key = alarm_key(self.process_index)
             try:
                 self.rpcs += 1
+                self._waking_at = time.monotonic() + wait
                 value = t.get(key, wait)
             except TransportClosed:  # jax.distributed.shutdown() on this process: a normal end
                 return
@@ -194,6 +195,8 @@ class Watchdog:
                 pass
             if value == _STOP:
                 return
+            if value == _LOOK:
+                continue
             self._learn(Failure.from_json(value, key))
 
     def _next_deadline(self) -> float:

@@ -105,8 +105,8 @@ def from_tf_data(
         every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`. Unless
         ``"never"``, a pipeline split by elements also proves at every step that every
         process read the same elements before the split (a digest of each global batch
-        compared in the step agreement), and a loading group of several processes that its
-        processes read the same rows.
+        compared in the step agreement; not under a batch-size schedule), and a loading group
+        of several processes that its processes read the same rows.
       prefetch: global batches assembled ahead on a background thread while the training step
         runs (default 2; 0 turns it off).
       timeout_s: how long a process waits for the others at each step before raising, and
@@ -183,7 +183,7 @@ def from_tf_data(
     else:
         pipeline = TfDataset(ds, plan, global_batch_size=size, shard=shard,
                              batched=batched, remainder=remainder,
-                             prove=config.check_period > 0)
+                             prove=config.check_period > 0 and schedule is None)
     return Loader(pipeline, layout, plan, config, schedule)
 
 

@@ -45,7 +45,7 @@ class TfDataset:
     """This loading group's share of a ``tf.data.Dataset``, batched to ``local_batch_size``.
 
     By files (``shard="files"``, or ``"auto"`` where it reads files) each group's pipeline reads
-    only its own files; by elements it is ``ds.skip(rows).shard(K, k)`` from global row
+    only its own files; by elements it is (the rows of) ``ds.skip(rows).shard(K, k)`` from global row
     ``rows``, which can start at any global row (another topology), or with ``prove`` (and no
     replay) its split that proves what it reads (:mod:`~jaxload._src.pipelines.tf_stream`).
     Its length is tf.data's cardinality where known; it reads no batch by index. Its spec is
