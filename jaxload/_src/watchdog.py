@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import NoReturn
 
 from jaxload._src.failure_modes import FailureModes
@@ -72,10 +72,8 @@ class _Read:
 
 
 class Watchdog:
-    """This process's watchdog (one per process: :func:`this_process`).
-
-    ``transport`` is None in a single-process run: failures are then only this process's own.
-    """
+    """This process's watchdog (one per process: :func:`this_process`); ``transport`` is None
+    in a single-process run: failures are then only this process's own."""
 
     def __init__(self, transport: Transport | None, process_index: int = 0, wake_s: float = WAKE_S):
         self._transport = transport
@@ -126,9 +124,10 @@ class Watchdog:
         read = _Read(exchange, step, limit_s * (FIRST_BATCH_FACTOR if first else 1))
         key = id(read)
         self._reads[key] = read
-        if read.deadline < self._waking_at and self._transport is not None:  # a limit shorter
-            self._transport.set(alarm_key(self.process_index), _LOOK)  # than the thread's wait
         try:
+            if read.deadline < self._waking_at and self._transport is not None:  # a limit
+                with suppress(Exception):  # before its wake: it looks then (else at its wake)
+                    self._transport.set(alarm_key(self.process_index), _LOOK)
             yield
         finally:
             self._reads.pop(key, None)
