@@ -175,6 +175,6 @@ def test_a_killed_process_ends_the_survivor_with_a_readable_error(victim, messag
     log = failed.value.logs[survivor]
     for alternatives in messages:
         assert any(m in log for m in alternatives.split("|")), (alternatives, log[-2000:])
-    # detection within the loader's timeout_s=5 and its 2 s grace, exit within JAX's heartbeat
-    # timeout of 20 s
+    # detection within the loader's timeout_s=5 and its grace (5 / 4 + 2 s), exit within JAX's
+    # heartbeat timeout of 20 s
     assert elapsed < 60, elapsed

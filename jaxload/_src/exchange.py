@@ -41,7 +41,7 @@ from jaxload._src.whereabouts import Created, Name, OutOfStepError, ranges
 from jaxload._src.wire import MalformedValueError
 
 LEADER = 0
-_GRACE_S = 2.0  # a wait past its timeout_s for a failure a peer tells about then
+_GRACE_S = 2.0  # and for the failure to arrive
 T = TypeVar("T")
 
 _FINAL, _GOES_ON, _FAILED = "F", "C", "E"  # the first character of a published decision
@@ -210,8 +210,9 @@ class Exchange:
                     if time.monotonic() >= deadline and graced:
                         raise
                     if time.monotonic() >= deadline:  # a peer whose pipeline got stuck while
-                        # it read ahead for this round tells the cause about now
-                        deadline, graced = time.monotonic() + _GRACE_S, True
+                        # it read ahead for this round finds it within 1.25 timeout_s of the
+                        # read's start (watchdog.py) and tells the cause: a wait grants that
+                        deadline, graced = time.monotonic() + self._timeout_s / 4 + _GRACE_S, True
                 if self._watch is not None:
                     interruption = self._watch.interruption(self.prefix)
                     if interruption is not None:

@@ -6,7 +6,7 @@ an all-reduce it never joins. So each process runs one **watchdog** thread, star
 pass, that sits in a blocking read of its own *alarm* key in the coordination service
 (``jaxload/alarm/<process>``). The read returns at once when the key is written, else every
 :data:`WAKE_S` seconds: one small RPC per process per 10 s (JAX's heartbeat rate), whatever the
-step rate.
+step rate (4 per read limit where that is under 40 s).
 
 What happens on a failure (:func:`publish`):
 
@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import NoReturn
 
 from jaxload._src.failure_modes import FailureModes
@@ -59,7 +59,8 @@ __all__ = ("FIRST_BATCH_FACTOR", "WAKE_S", "Watchdog", "this_process")
 
 WAKE_S = 10.0  # the longest a watchdog's blocking read lasts: one RPC per process per WAKE_S
 FIRST_BATCH_FACTOR = 3  # the first batch of a pass may take this many times timeout_s
-_STOP, _LOOK = "stop", "look"  # alarm values: the thread ends; it looks at the reads now
+_STOP = "stop"
+_LOOKS_PER_LIMIT = 4  # during reads the thread wakes at least this often per read limit
 
 
 class _Read:
@@ -91,7 +92,7 @@ class Watchdog:
         self.failure_mode = ("raise", 0.0)  # on_failure and exit_grace_s for self.failure
         self._thread: threading.Thread | None = None
         self.rpcs = 0  # blocking reads made by the watchdog (its whole cost to the coordinator)
-        self._waking_at = float("inf")  # when the thread's blocking read ends at the latest
+        self._look_s = 1.0  # the longest the thread waits (until a read sets it from its limit)
 
     # -- the loader's side -------------------------------------------------------------------
     def start(self) -> None:
@@ -124,10 +125,8 @@ class Watchdog:
         read = _Read(exchange, step, limit_s * (FIRST_BATCH_FACTOR if first else 1))
         key = id(read)
         self._reads[key] = read
-        try:
-            if read.deadline < self._waking_at and self._transport is not None:  # a limit
-                with suppress(Exception):  # before its wake: it looks then (else at its wake)
-                    self._transport.set(alarm_key(self.process_index), _LOOK)
+        self._look_s = read.limit_s / _LOOKS_PER_LIMIT  # a stuck read is found
+        try:  # within 1.25 limits of its start, whenever the thread's last wait began
             yield
         finally:
             self._reads.pop(key, None)
@@ -167,7 +166,8 @@ class Watchdog:
     def _run(self) -> None:
         t = self._transport
         while not self._stopping.is_set():
-            wait = max(0.05, min(self._wake_s, self._next_deadline() - time.monotonic()))
+            wait = max(0.05, min(self._wake_s, self._look_s,
+                                 self._next_deadline() - time.monotonic()))
             if t is None:
                 self._stopping.wait(wait)
                 self._check_reads()
@@ -175,7 +175,6 @@ class Watchdog:
             key = alarm_key(self.process_index)
             try:
                 self.rpcs += 1
-                self._waking_at = time.monotonic() + wait
                 value = t.get(key, wait)
             except TransportClosed:  # jax.distributed.shutdown() on this process: a normal end
                 return
@@ -194,8 +193,6 @@ class Watchdog:
                 pass
             if value == _STOP:
                 return
-            if value == _LOOK:
-                continue
             self._learn(Failure.from_json(value, key))
 
     def _next_deadline(self) -> float:

@@ -9,9 +9,9 @@ pipeline below its trailing one-to-one ops (the ``map``\\ s a pass applies to it
 a random augmentation may draw other values on each process) is read a global batch at a time,
 ``batch(K * local_batch_size)``, and each group keeps rows ``k::K`` of it — the rows
 ``shard(K, k).batch(local_batch_size)`` would give — with a fingerprint of every element of the
-global batch (``tf.fingerprint`` of each feature's bytes, 8 bytes per element). The reader hashes
-those into one digest per step (:func:`fingerprinted`); the step agreement compares the digests of
-every process before any process hands the step out (:mod:`~jaxload._src.stream_proof`).
+global batch (``tf.fingerprint`` of each feature's bytes, 8 bytes per element), and one of those
+fingerprints, the step's digest (:func:`fingerprinted`). The step agreement compares the digests
+of every process before any process hands the step out (:mod:`~jaxload._src.stream_proof`).
 
 The trailing maps then run on the group's rows only, as in a pass positioned by replay: the
 global batch's share is unbatched, mapped (the same traced functions, each row carrying its
