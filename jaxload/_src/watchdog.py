@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import NoReturn
 
 from jaxload._src.failure_modes import FailureModes
@@ -272,6 +272,9 @@ class Watchdog:
             except Exception:  # noqa: BLE001 - the read ends by itself within WAKE_S
                 pass
         thread.join(timeout=self._wake_s + 1)
+        if t is not None and not thread.is_alive():  # the thread may have seen _stopping first
+            with suppress(Exception):  # and left the _STOP unread
+                t.delete(alarm_key(self.process_index))
 
 
 _this_process: list[Watchdog] = []
