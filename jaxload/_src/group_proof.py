@@ -95,10 +95,21 @@ def _rows_at(reports: dict[int, Report], members: Sequence[int], s: int) -> dict
     return {p: (rows[s] if s < len(rows := reports[p].rows or []) else "") for p in members}
 
 
-def _message(step: int, group: int, seen: dict[int, str]) -> str:
+def by_digest(seen: dict[int, str]) -> dict[str, list[int]]:
+    """The processes of ``seen`` (process -> digest) grouped by digest, in process order.
+
+    Example:
+      >>> by_digest({1: "b", 0: "a", 2: "a"})
+      {'a': [0, 2], 'b': [1]}
+    """
     held: dict[str, list[int]] = {}
     for p, d in sorted(seen.items()):
         held.setdefault(d, []).append(p)
+    return held
+
+
+def _message(step: int, group: int, seen: dict[int, str]) -> str:
+    held = by_digest(seen)
     what = "; ".join(f"{f'rows with digest {d}' if d else 'no rows (its data ended: padding)'} on "
                      f"process{'es' if len(ps) > 1 else ''} [{ranges(ps)}]"
                      for d, ps in held.items())

@@ -99,7 +99,7 @@ class ReadAhead:
     def at(self, s: int, held: Local | None = None) -> Local | None:
         """The batch of the round's step ``s``, ``held`` (the first step, assembled already) and
         those read ahead counted; None where this process has none there."""
-        batches = [held, *self.ahead] if held is not None else list(self.ahead)
+        batches = self._round(held)
         return batches[s] if s < len(batches) else None
 
     def take_described(self) -> dict[str, Any] | None:
@@ -111,9 +111,12 @@ class ReadAhead:
         """A report's digests of the round's batches (``held``: its first step, assembled
         already), in order: of their rows where ``rows``, of the global batches they were kept
         from where ``stream``; ``""`` for a padded step."""
-        batches = [held, *self.ahead] if held is not None else list(self.ahead)
+        batches = self._round(held)
         return {"rows": [b.digest or "" for b in batches] if rows else None,
                 "stream": [b.stream or "" for b in batches] if stream else None}
+
+    def _round(self, held: Local | None) -> list[Local]:
+        return [held, *self.ahead] if held is not None else list(self.ahead)
 
     def take(self) -> Local | None:
         """The next batch (read now if none is ahead), or None when the pipeline has ended."""

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jaxload._src import protocol
+from jaxload._src.group_proof import by_digest
 from jaxload._src.protocol import Decision, Report
 from jaxload._src.whereabouts import ranges
 
@@ -54,9 +55,7 @@ def verdict(decision: Decision, reports: dict[int, Report], step: int) -> Decisi
         seen = {p: r.stream[s] for p, r in reports.items()
                 if r.stream is not None and s < len(r.stream) and r.stream[s]}
         if len(set(seen.values())) > 1:
-            read: dict[str, list[int]] = {}
-            for p, d in sorted(seen.items()):
-                read.setdefault(d, []).append(p)
+            read = by_digest(seen)
             return dataclasses.replace(decision, count=s, more=False, template_from=None,
                                        stream_diverged=_message(step + s, read), stream_read=read)
     return decision
@@ -68,9 +67,9 @@ def locate(decision: Decision, local: Local | None, process_index: int,
     batch that differs: one more ``round``, in which one process per digest sends the
     fingerprints of that global batch's elements (``local``: its batch at that step)."""
     read, message = decision.stream_read or {}, decision.stream_diverged or ""
-    speaks = local is not None and local.elements is not None and local.stream in read and (
-        process_index == min(read[local.stream]))
-    mine = Report(signature=local.elements.hex() if speaks and local and local.elements else None)
+    elements = local.elements if local is not None and local.stream in read and (
+        process_index == min(read[local.stream])) else None  # one process per digest speaks
+    mine = Report(signature=None if elements is None else elements.hex())
 
     def first(reports: Reports) -> tuple[str, bool]:
         sent = [r.signature for r in protocol.parse(reports).values() if r.signature]
