@@ -101,6 +101,49 @@ def test_ops_on_the_file_names_stay_as_written(files):
     assert pipeline.sharding.mode == "files" and pipeline.sharding.files == 4 and warned == []
 
 
+def added_up(make) -> tuple[str, str]:
+    """The names the unsharded pipeline's reads are given, and the four groups' summed."""
+    from jaxload._src import compat
+    from jaxload._src.pipelines.tf_files import files_of_group
+    from jaxload._src.pipelines.tf_names import names_read
+
+    shares = [names_read(compat.tf_graph(files_of_group(make(), 4, k))) for k in range(4)]
+    count = sum(int(share.split(":")[0]) for share in shares)
+    total = sum(int(share.split(":")[1], 16) for share in shares) % 2**64
+    return names_read(compat.tf_graph(make())), f"{count}:{total:016x}"
+
+
+def _read(names):
+    return names.interleave(tf.data.TFRecordDataset, cycle_length=1)
+
+
+def _read_labelled(pairs):
+    return pairs.interleave(lambda name, label: tf.data.TFRecordDataset(name).map(
+        lambda r: (r, label)), cycle_length=1)
+
+
+NAMES = {  # ops on the file names before they are read, and whether the split keeps them
+    "take": (lambda n: _read(n.take(5)), True),
+    "enumerate-filter": (lambda n: _read(n.enumerate().filter(lambda i, f: i % 3 > 0).map(
+        lambda i, f: f)), True),
+    "batched names": (lambda n: _read(n.batch(2)), True),
+    "a label each": (lambda n: _read_labelled(tf.data.Dataset.zip(n, tf.data.Dataset.range(8))),
+                     True),
+    "shuffled, numbered, filtered": (lambda n: _read(n.shuffle(8, seed=3).enumerate().filter(
+        lambda i, f: i < 4).map(lambda i, f: f)), False),
+    "shuffled, a label by position": (lambda n: _read_labelled(tf.data.Dataset.zip(
+        n.shuffle(8, seed=3), tf.data.Dataset.range(8))), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_the_groups_names_add_up_to_the_pipelines_where_the_split_keeps_them(files, name):
+    # the proof of the first round (same_dataset adds the groups' up), on the names alone
+    make, kept = NAMES[name]
+    meant, groups = added_up(lambda: make(tf.data.Dataset.from_tensor_slices(files)))
+    assert (meant == groups) is kept, (meant, groups)
+
+
 def test_a_cache_to_a_file_is_renamed_for_each_group_and_process(files, tmp_path, caplog):
     caplog.set_level("INFO", logger="jaxload")
     path = str(tmp_path / "records")

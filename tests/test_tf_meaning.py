@@ -133,6 +133,15 @@ def pipeline(shape: str, root: str):
         return tf.data.Dataset.list_files(str(Path(root, "four", "*.tfrecord")), shuffle=True,
                                           seed=5).take(2).interleave(
             tf.data.TFRecordDataset, cycle_length=1).map(parse)
+    if shape in ("names-numbered", "names-paired"):  # ops that number the shuffled names
+        shuffled = names.shuffle(4, seed=3)
+        if shape == "names-numbered":  # the first 2 files of the shuffled list
+            shuffled = shuffled.enumerate().filter(lambda i, name: i < 2).map(
+                lambda i, name: name)
+            return shuffled.interleave(tf.data.TFRecordDataset, cycle_length=1).map(parse)
+        paired = tf.data.Dataset.zip(shuffled, tf.data.Dataset.range(4))  # a label by position
+        return paired.interleave(lambda name, label: tf.data.TFRecordDataset(name).map(
+            lambda r: {"id": parse(r)["id"] * 10 + label}), cycle_length=1)
     if shape == "names-repeated":
         return tf.data.Dataset.list_files(str(Path(root, "four", "*.tfrecord")),
                                           shuffle=False).repeat().interleave(
@@ -181,7 +190,7 @@ SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names"
           "sampled-sources", "unordered-names", "hint-after-shuffle", "set-seed", "generator",
           "generated-names", "cycle-by-process", "load-ordered", "load-default", "names-repeated",
           "ids-shuffled", "ids-per-host", "ids-seeded", "keras-default", "keras-seeded",
-          "names-with-labels", "names-taken"]
+          "names-with-labels", "names-taken", "names-numbered", "names-paired"]
 
 
 @pytest.fixture(scope="module")
@@ -257,6 +266,15 @@ def test_an_op_that_would_change_under_file_sharding_falls_back_to_elements(runs
                          "names-taken": "choose the files in Python"}.get(
         shape, "apply it before the files are read"))
     assert results[0]["backend"] == "tf.data"
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("shape", ["names-numbered", "names-paired"])
+def test_files_read_other_than_the_unsharded_names_are_refused_at_the_first_round(runs, shape):
+    # no op list knows these: TensorFlow's file sharding moves the shuffle of the names below
+    # its split, so enumerate / zip number each group's own names; the names reaching the reads
+    # add up to other files than the pipeline's
+    refused(runs[shape], "would read other files than the pipeline reads", "shard='elements'")
 
 
 @pytest.mark.cluster

@@ -53,6 +53,10 @@ class Described:
         names the fix when the processes differ).
       seeds: the seeds of random operations after the user's own split (``shard=False``): equal
         in two loading groups, both draw the same random sequence.
+      files: split by files, ``[meant, read]``: the names the pipeline's reads are given
+        unsharded and those this group's reads are given, each ``"<count>:<sum of hashes>"``
+        (:func:`~jaxload._src.pipelines.tf_names.names_read`). The groups' ``read`` must add
+        up to ``meant``: every file the pipeline reads, read by one group, once.
 
     Example:
       >>> Described({"length": 64}, group=1, groups=2).to_json()["same"]
@@ -65,6 +69,7 @@ class Described:
     scope: str = ALL
     split: list[int] | None = None
     seeds: list[int] | None = None
+    files: list[str | None] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -112,12 +117,51 @@ on process [0], "cd" on process [1]. ... pass the whole dataset, or keep your sp
     """
     found = _differing(_compared(described), described)
     seeds = _shared_seeds(described)
-    if not found and seeds is None:
+    if not found:
+        seeds = " ".join(filter(None, (seeds, _files_read(described))))
+    if not found and not seeds:
         return None
     lines = [f"{key} {text}" for key, text in found]
     message = (f"the processes shard different datasets: {'; '.join(lines)}. {_FIX}"
                f"{_hint(described)}" if found else "")
     return " ".join(filter(None, (message, seeds)))
+
+
+def _files_read(described: dict[int, dict[str, Any]]) -> str | None:
+    """Why the loading groups' files, split by files, are not the pipeline's (their names
+    reaching the reads do not add up to the unsharded pipeline's), or None. Not compared where
+    the processes' unsharded names differ (random ops on the names, unseeded: each run reads
+    other files anyway) or a process could not count them.
+
+    Example:
+      >>> def of(group, read):
+      ...     return {"same": {}, "group": group, "groups": 2, "files": ["2:0000000000000003", read]}
+      >>> _files_read({0: of(0, "1:0000000000000001"), 1: of(1, "1:0000000000000002")}) is None
+      True
+      >>> print(_files_read({0: of(0, "2:0000000000000001"), 1: of(1, "1:0000000000000002")}))
+      the loading groups would read other files than the pipeline reads: ... given 3 names in all, ...
+    """
+    files: list[list[str]] = [d.get("files") or [] for d in described.values()]
+    if not files or any(len(f) != 2 or None in f for f in files) or len({f[0] for f in files}) > 1:
+        return None
+    shares = {d["group"]: d["files"][1] for d in described.values()}
+    if len(shares) != next(iter(described.values()))["groups"]:
+        return None
+    count, total = 0, 0
+    for share in shares.values():
+        n, digest = share.split(":")
+        count, total = count + int(n), (total + int(digest, 16)) % 2**64
+    meant = files[0][0]
+    if f"{count}:{total:016x}" == meant:
+        return None
+    return (f"the loading groups would read other files than the pipeline reads: split by "
+            f"TensorFlow's file sharding, its file reads are given {count} names in all, with "
+            f"what comes with each (hashes summed: {total:016x}), where unsharded they are given "
+            f"{meant.split(':')[0]} ({meant.split(':')[1]}). An op on the file names changes "
+            "under the split, such as one that picks or numbers them after a shuffle, which the "
+            "split moves below it. "
+            "Pass shard='elements' (every process reads every record and keeps 1/K), or choose "
+            "the files in Python and list them with from_tensor_slices.")
 
 
 def _compared(described: dict[int, dict[str, Any]]) -> list[int]:

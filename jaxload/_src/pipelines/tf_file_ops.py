@@ -115,7 +115,7 @@ def blocking(graph: Any) -> Blocking | None:
     is in :data:`KEEP` (or the pipeline reads no files)."""
     nodes = {node.name: node for node in graph.node}
     constants = {name: node for name, node in nodes.items() if node.op == "Const"}
-    reading = _reading_files(graph, nodes)
+    reading = reading_files(graph, nodes)
     found: list[tuple[int, Blocking]] = []
     for name, depth in reading.items():
         if depth == 0:  # a reader, or the interleave / flat_map that reads the named files
@@ -174,7 +174,7 @@ def _why_blocked(node: Any, inputs: list[str], reading: dict[str, int],
                                 "ops it knows to keep their meaning"))
 
 
-def _reading_files(graph: Any, nodes: dict[str, Any]) -> dict[str, int]:
+def reading_files(graph: Any, nodes: dict[str, Any]) -> dict[str, int]:
     """Top-level nodes that read files or come after a file read, each with its distance (in
     ops) from the nearest file read: 0 for a reader, or an op whose functions read files."""
     functions = {f.signature.name: f for f in graph.library.function}

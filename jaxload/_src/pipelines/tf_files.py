@@ -27,7 +27,13 @@ from typing import Any
 from jaxload._src import compat
 from jaxload._src.pipelines.tf_file_ops import blocking, separate_caches
 from jaxload._src.pipelines.tf_graph import READERS, UNSPLITTABLE, DatasetGraph
-from jaxload._src.pipelines.tf_names import FileNames, file_names, inserted_shards, retval
+from jaxload._src.pipelines.tf_names import (
+    FileNames,
+    file_names,
+    inserted_shards,
+    names_read,
+    retval,
+)
 from jaxload._src.plan import Plan
 from jaxload._src.told import warn_once
 
@@ -153,6 +159,7 @@ def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, unsplittable: list[str]
                 f"only each loading group's share, write the data into at least "
                 f"{plan.shard_count} files (a multiple of {plan.shard_count} evens out the "
                 "groups), or pass dataset_fn to build each group's share", None, NOT_SPLIT)
+    names = dataclasses.replace(names, read=names_read(rewritten), meant=names_read(graph.graph))
     before = graph.feeding(inserted_shards(rewritten), rewritten)
     renamed = own_caches(rewritten, plan, FILES)
     share = unwrapped(share, rewritten, changed=bool(renamed))

@@ -26,8 +26,10 @@ import hashlib
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from jaxload._src import compat
+from jaxload._src.pipelines.tf_graph import READERS, dataset_inputs
 
 LIMIT = 1_000_000  # names counted at most (a longer list is "at least" this long)
 _BATCH = 4096  # names read from tf.data at once, after the first _ONE_BY_ONE
@@ -43,12 +45,16 @@ class FileNames:
       digest: a hash of every list in order (16 hex digits).
       first: the first name, to show where the lists differ.
       repeated: the list is repeated (``list_files(...).repeat()``): counted once.
+      read: the names this loading group's reads are given, as a multiset (:func:`names_read`).
+      meant: the names the pipeline's reads are given unsharded, as a multiset.
     """
 
     count: int
     digest: str
     first: str
     repeated: bool = False
+    read: str | None = None
+    meant: str | None = None
 
 
 def file_names(graph: Any) -> FileNames | None:
@@ -70,6 +76,68 @@ def file_names(graph: Any) -> FileNames | None:
     return FileNames(min(counts), digest.hexdigest(), first, repeated)
 
 
+def names_read(graph: Any) -> str | None:
+    """The names that the ops reading files are given in ``graph`` (a ``GraphDef``), as a
+    multiset: ``"<count>:<sum>"``, the sum of each name's XXH3-64 modulo 2**64 (a name with a
+    label or an id: the tuple). None where a reader takes its names as a tensor, not from a
+    dataset, or where they are endless or more than :data:`LIMIT`.
+
+    Over the loading groups' shares, split by TensorFlow's file sharding, the counts and sums add
+    up to those of the unsharded pipeline exactly where the groups read every file the pipeline
+    reads, once (:func:`jaxload._src.same_dataset.differences` adds them up): an op on the names
+    that the sharding rewrite changes (a subset drawn after a shuffle that it moves below its
+    split) shows there, whatever the op."""
+    import tensorflow as tf
+
+    from jaxload._src.pipelines.tf_file_ops import reading_files
+
+    nodes = {node.name: node for node in graph.node}
+    count, total = 0, 0
+    for name, depth in sorted(reading_files(graph, nodes).items()):
+        if depth != 0:
+            continue
+        inputs = dataset_inputs(nodes[name], nodes)
+        if nodes[name].op in READERS or not inputs:
+            return None
+        names = _names(graph, inputs[0], nodes[inputs[0]])
+        if names.cardinality() == tf.data.INFINITE_CARDINALITY:
+            return None
+        read = _multiset(names)
+        if read is None:
+            return None
+        count, total = count + read[0], (total + read[1]) % 2**64
+    return f"{count}:{total:016x}"
+
+
+def _multiset(names: Any) -> tuple[int, int] | None:
+    """``(count, sum of the names' XXH3-64)`` of ``names``; None past :data:`LIMIT`."""
+    import tensorflow as tf
+
+    count, total = 0, 0
+    whole = all(spec.shape.is_fully_defined() for spec in tf.nest.flatten(names.element_spec))
+    for value in names:
+        total += xxhash.xxh3_64_intdigest(b"\0".join(_flat(value)))
+        count += 1
+        if whole and count == _ONE_BY_ONE:  # the rest in batches (see _hash_names)
+            for batch in names.skip(count).take(LIMIT + 1 - count).batch(_BATCH):
+                parts = [np.asarray(p).reshape(len(p), -1) for p in tf.nest.flatten(batch)]
+                for row in range(len(parts[0])):
+                    total += xxhash.xxh3_64_intdigest(b"\0".join(
+                        _flat_row([p[row] for p in parts])))
+                count += len(parts[0])
+            break
+        if count > LIMIT:
+            break
+    return None if count > LIMIT else (count, total % 2**64)
+
+
+def _flat_row(parts: list[Any]) -> list[bytes]:
+    """Like :func:`_flat`, for one row of a batch of names."""
+    if len(parts) == 1 and parts[0].dtype == object:
+        return list(parts[0])
+    return [v if type(v) is bytes else str(v).encode() for part in parts for v in part]
+
+
 def inserted_shards(graph: Any) -> list[str]:
     """The names of the shard ops TensorFlow's file sharding inserted (they require every
     worker to get a file)."""
@@ -86,9 +154,9 @@ def _names(graph: Any, start: str, shard: Any) -> Any:
     names = type(graph)()
     names.CopyFrom(graph)
     retval(names).input[0] = start
+    types = shard.attr["output_types" if "output_types" in shard.attr else "Toutput_types"]
     specs = tuple(tf.TensorSpec(tf.TensorShape(shape), tf.dtypes.as_dtype(dtype)) for shape, dtype
-                  in zip(shard.attr["output_shapes"].list.shape,
-                         shard.attr["output_types"].list.type, strict=True))
+                  in zip(shard.attr["output_shapes"].list.shape, types.list.type, strict=True))
     return compat.tf_from_graph(names, specs[0] if len(specs) == 1 else specs)
 
 

@@ -66,14 +66,17 @@ class Probe:
             return None
         if self._found is None:
             same: dict[str, str | None]
+            files = None
             if sharding.mode == FILES and sharding.names is not None:
                 names = sharding.names
                 same = {"file names": f"{names.count} from {names.first!r}, hashed: "
                                       f"{names.digest}"}
+                files = [names.meant, names.read]
             else:
                 same = {"pipeline": self._structure, "source rows": self._source_rows(),
                         "first elements": None if self._unseen == [] else self._elements()}
-            self._found = Described(same, plan.shard_index, plan.shard_count).to_json()
+            self._found = Described(same, plan.shard_index, plan.shard_count,
+                                    files=files).to_json()
         return self._found
 
     def fingerprint(self) -> str:
