@@ -182,6 +182,38 @@ def _iter_dataset_resumed(layout) -> list[int]:
     return sorted(i for step in steps for ids in step["ids"].values() for i in ids)
 
 
+def _a_later_pass(layout) -> dict:
+    """A MapDataset whose top map looks ids up in a table that differs on process 1 at one
+    index, one that the first pass's draw of indices misses and the second pass's holds: the
+    passes one loader completes, and the error that ended it."""
+    import zlib
+
+    import grain
+    import jax
+
+    from jaxload._src.pipelines.grain_described import drawn
+
+    def draw(ordinal: int) -> set[int]:  # a pass's seed: its exchange's name
+        return set(drawn(ROWS, 2, zlib.crc32(f"jaxload/loader/later/pass/{ordinal}".encode())))
+
+    (index, *_) = sorted(draw(1) - draw(0))
+    table = list(range(ROWS))
+    if jax.process_index() == 1:
+        table[index] = table[index - 1]  # as a list built per host, one entry off
+    loader = jaxload.from_grain(grain.MapDataset.range(ROWS).map(lambda i: _element(table[i])),
+                                layout, global_batch_size=16, remainder="pad", name="later",
+                                **BOUNDED)
+    handed = 0
+    for done in range(3):
+        handed = 0
+        try:
+            for _ in loader:
+                handed += 1
+        except ValueError as e:
+            return {"passes": done, "handed": handed, "error": str(e)}
+    return {"passes": 3}
+
+
 def shapes() -> dict:
     """Worker side: what each shape gives on this process."""
     layout = jaxload.data_parallel()
@@ -191,6 +223,7 @@ def shapes() -> dict:
     out["data loader with a filter, resumed on a new global batch size"] = \
         _resumed_with_a_filter(layout)
     out["iter dataset, resumed"] = _iter_dataset_resumed(layout)
+    out["differs where a later pass draws"] = _a_later_pass(layout)
     return out
 
 
@@ -253,6 +286,16 @@ def test_refused_on_every_process_before_the_first_batch(results, name):
     assert seen[0] == seen[1], seen  # the same error on every process
     assert seen[0]["handed"] == 0 and seen[0]["error"].startswith("ValueError: "), seen[0]
     assert re.search(REFUSED[name], seen[0]["error"]), seen[0]["error"]
+
+
+@pytest.mark.cluster
+def test_each_pass_compares_elements_at_indices_drawn_anew(results):
+    # the first pass's indices miss the one that differs; the second pass's hold it, and that
+    # pass is refused on every process before its first batch
+    seen = [r["differs where a later pass draws"] for r in results]
+    assert seen[0] == seen[1], seen
+    assert seen[0]["passes"] == 1 and seen[0]["handed"] == 0, seen[0]
+    assert "the hash of a few elements as the pipeline yields them" in seen[0]["error"], seen[0]
 
 
 @pytest.mark.cluster

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import zlib
 from typing import Any
 
 from jaxload._src.agreement import Exchange
@@ -61,3 +62,9 @@ class PassContext:
     def plan_at(self, step: int) -> Plan:
         """What this process loads at ``step``."""
         return self.plan if self.schedule is None else self.schedule.plan_at(step)
+
+    @property
+    def seed(self) -> int:
+        """A number every process shares, another for each pass (its exchange's name): what the
+        pass draws from, such as which elements the processes compare."""
+        return zlib.crc32(self.exchange.prefix.encode())

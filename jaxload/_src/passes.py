@@ -81,7 +81,7 @@ class Pass:
         self._streams = bool(getattr(source, "proves", False))  # a split proves its elements
         self._proving = self._rows or self._streams
         self._reader = ReadAhead(source, self._plan_at, self._pad, self._stats, self._step,
-                                 context.recorder, watch, digests=self._rows)
+                                 context.recorder, watch, digests=self._rows, seed=context.seed)
         self._template: str | None = None  # the signature to pad with, if this process has none
         self._ended = self._reported = False  # no round follows; this process's failure told
         self._doing = Stage.ASSEMBLING  # or READING, PADDING: the part of stage 3 under way

@@ -48,9 +48,10 @@ class ReadAhead:
     ``source`` yields ``(batch, backend position after it)``, or where it proves what it split
     ``(batch, position, (digest of the global batch, fingerprints of its elements))``; its
     optional ``length`` attribute
-    is how many batches it holds (``protocol.INFINITE`` for no end), its optional ``describe()``
-    what it shards, as the processes compare it (:mod:`~jaxload._src.same_dataset`), called
-    before the first read. ``watch(step, first)``
+    is how many batches it holds (``protocol.INFINITE`` for no end), its optional
+    ``describe(seed)`` what it shards, as the processes compare it
+    (:mod:`~jaxload._src.same_dataset`), called before the first read with ``seed``: a number
+    every process shares, another for each pass (to draw what to compare). ``watch(step, first)``
     wraps each read, so that the watchdog finds a pipeline stuck in it. ``digests``: hash each
     batch (a loading group of several processes compares them).
     """
@@ -60,8 +61,8 @@ class ReadAhead:
                  first_step: int,
                  recorder: Recorder | None = None,
                  watch: Callable[[int, bool], ContextManager[None]] | None = None,
-                 digests: bool = False):
-        self._digests = digests
+                 digests: bool = False, seed: int = 0):
+        self._digests, self._seed = digests, seed
         self.length = getattr(source, "length", None)
         self._describe = getattr(source, "describe", None)
         self._described: dict[str, Any] | None = None
@@ -84,7 +85,7 @@ class ReadAhead:
         """Reads until ``n`` batches are ready or the pipeline ends."""
         if self._describe is not None:  # the first read: before any batch, within its watch
             with self._watch(self.next_step, True):
-                self._described, self._describe = self._describe(), None
+                self._described, self._describe = self._describe(self._seed), None
         while len(self.ahead) < n and not self.exhausted:
             first = self.next_step == self._first_step
             with timed(self._stats, "backend"), self._watch(self.next_step, first):

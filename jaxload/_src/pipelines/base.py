@@ -57,8 +57,9 @@ class Pipeline(Protocol):
 
 class Batches:
     """A pass's per-process batches, ``(batch, backend position after it)``, and where known
-    how many there are (``protocol.INFINITE``: no end); ``describe()``, where given, says what
-    the pipeline shards, as the processes compare it (:mod:`jaxload._src.same_dataset`);
+    how many there are (``protocol.INFINITE``: no end); ``describe(seed)``, where given, says
+    what the pipeline shards, as the processes compare it (:mod:`jaxload._src.same_dataset`;
+    ``seed``: a number every process shares, another for each pass);
     ``proves``: each item is ``(batch, position, digest)``, the digest of the global batch the
     batch was kept from (:mod:`jaxload._src.stream_proof`).
 
@@ -71,7 +72,7 @@ class Batches:
     """
 
     def __init__(self, batches: Iterable[tuple[HostBatch, Any]], length: int | None = None,
-                 describe: Callable[[], dict[str, Any] | None] | None = None,
+                 describe: Callable[[int], dict[str, Any] | None] | None = None,
                  proves: bool = False):
         self._batches = batches
         self.length = length

@@ -5,13 +5,14 @@ once per loader and sent in every pass's first round:
 
 - a ``MapDataset``: its length and a hash of :data:`ELEMENTS` elements at indices every process
   draws alike from the length, read below its top maps (which keep the order, and may cost a
-  decode per element), and of a few elements as the pipeline yields them (its top maps can
-  decide what an index holds: paths listed per host, looked up by a shuffled index), about 1% of
-  a pass's reads, at least 2; each read twice (elements that change between readings are not
-  compared);
+  decode per element), once per loader; and a hash of elements as the pipeline yields them (its
+  top maps can decide what an index holds: paths listed per host, looked up by a shuffled
+  index) at indices drawn anew for each pass (:func:`drawn`, from a seed every process
+  shares), :data:`ELEMENTS` of them, fewer where that would be over 1% of a pass's reads
+  (at least 2); each read twice (elements that change between readings are not compared);
 - a ``DataLoader``: its sampler without the shard options, its source's length, its operations
   (their types), a hash of :data:`RECORDS` source records and of what its operations make of
-  them;
+  them, at indices drawn anew for each pass;
 - an ``IterDataset`` split by elements: a hash of its first :data:`ELEMENTS` elements;
 - a dataset the user split (``shard=False``): the seeds of its random maps after the split must
   differ between loading groups (the processes of one group compare their rows every step:
@@ -40,7 +41,7 @@ from jaxload._src.trees import HostBatch
 
 ELEMENTS = 16  # elements of a MapDataset hashed
 RECORDS = 4  # source records of a DataLoader hashed
-Describe = Callable[[], dict[str, Any]]
+Describe = Callable[[int], dict[str, Any]]  # of a seed every process shares, new each pass
 
 
 def with_description(batches: LocalBatches, describe: Describe | None) -> LocalBatches:
@@ -67,12 +68,14 @@ def map_dataset(ds: Any, plan: Plan, *, shard: bool, reads: bool = True) -> Desc
         return None
     split, seeds = compat.grain_split_and_seeds(ds)
 
-    @functools.cache
-    def describe() -> dict[str, Any]:
-        below = compat.grain_below_maps(ds)  # the same order, without the maps' cost
-        same = {"length": len(ds), "elements": stable_hash(below, sample(len(below), ELEMENTS))}
-        if below is not ds and reads:  # what the top maps make of a few of them
-            same["yielded"] = stable_hash(ds, sample(len(ds), min(ELEMENTS, len(ds) // 100)))
+    below = compat.grain_below_maps(ds)  # the same order, without the maps' cost
+    below_maps = functools.cache(lambda: stable_hash(below, sample(len(below), ELEMENTS)))
+    yielded = max(2, min(ELEMENTS, len(ds) // 200))  # read twice: 1% of a pass's reads
+
+    def describe(seed: int) -> dict[str, Any]:
+        same = {"length": len(ds), "elements": below_maps()}
+        if below is not ds and reads:  # what the top maps make of a few
+            same["yielded"] = stable_hash(ds, drawn(len(ds), yielded, seed))
         return Described(same, plan.shard_index, plan.shard_count, ALL if shard else GROUP,
                          split=split, seeds=None if shard else seeds).to_json()
 
@@ -84,7 +87,8 @@ def iter_dataset(ds: Any, plan: Plan) -> Describe | None:
     if jax.process_count() == 1:
         return None
     seeds = compat.grain_split_and_seeds(ds)[1]
-    return lambda: Described({}, plan.shard_index, plan.shard_count, GROUP, seeds=seeds).to_json()
+    return lambda seed: Described({}, plan.shard_index, plan.shard_count, GROUP,
+                                  seeds=seeds).to_json()
 
 
 def stream(ds: Any, plan: Plan) -> Describe | None:
@@ -95,7 +99,7 @@ def stream(ds: Any, plan: Plan) -> Describe | None:
         return None
 
     @functools.cache
-    def describe() -> dict[str, Any]:
+    def described() -> dict[str, Any]:
         def first() -> str | None:
             elements = list(itertools.islice(iter(ds), ELEMENTS))
             return hash_elements(elements, range(len(elements)))
@@ -104,7 +108,7 @@ def stream(ds: Any, plan: Plan) -> Describe | None:
         same = {"first elements": hashed if hashed == first() else None}
         return Described(same, plan.shard_index, plan.shard_count, ALL).to_json()
 
-    return describe
+    return lambda seed: described()  # its first elements, whatever the pass
 
 
 def data_loader(loader: Any, plan: Plan, *, shard: bool) -> Describe | None:
@@ -112,12 +116,11 @@ def data_loader(loader: Any, plan: Plan, *, shard: bool) -> Describe | None:
     if jax.process_count() == 1:
         return None
 
-    @functools.cache
-    def describe() -> dict[str, Any]:
+    def describe(seed: int) -> dict[str, Any]:
         source = compat.data_loader_source(loader)
         length = len(source) if hasattr(source, "__len__") else None
         operations = compat.data_loader_operations(loader)
-        indices = [] if length is None else sample(length, RECORDS)
+        indices = [] if length is None else drawn(length, RECORDS, seed)
         same = {"sampler": _sampler(compat.data_loader_sampler(loader)), "source_length": length,
                 "operations": [_operation(op) for op in operations],
                 "records": None if length is None else stable_hash(source, indices),
@@ -144,6 +147,21 @@ def sample(length: int, count: int) -> list[int]:
         return list(range(length))
     drawn = {int((i * 0.6180339887498949) % 1 * length) for i in range(1, count - 1)}
     return sorted({0, length - 1} | drawn)
+
+
+def drawn(length: int, count: int, seed: int) -> list[int]:
+    """``count`` indices of ``range(length)`` (fewer where two draws meet) drawn from ``seed``
+    (one per pass, the same on every process): the same with any numpy (BLAKE2b of the seed and
+    the draw's number).
+
+    Example:
+      >>> drawn(1000, 4, seed=0), drawn(1000, 4, seed=0) == drawn(1000, 4, seed=0)
+      ([34, 351, 815, 837], True)
+      >>> drawn(1000, 4, seed=32) != drawn(1000, 4, seed=0)
+      True
+    """
+    return sorted({int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(),
+                                  "little") % length for i in range(min(count, length))})
 
 
 def stable_hash(ds: Any, indices: Sequence[int]) -> str | None:

@@ -58,9 +58,10 @@ class Probe:
         self._structure = structure  # the pipeline's ops, compared where split by elements
         self._found: dict[str, Any] | None = None
 
-    def described(self) -> dict[str, Any] | None:
+    def described(self, seed: int = 0) -> dict[str, Any] | None:
         """The description (JSON), or None where nothing is split between loading groups;
-        computed once per loader, before its first pass's first round."""
+        computed once per loader, before its first pass's first round (the same whatever the
+        pass's ``seed``)."""
         plan, sharding = self._plan, self._sharding
         if plan.shard_count == 1 or sharding.mode not in (FILES, ELEMENTS):
             return None
