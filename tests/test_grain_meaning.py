@@ -147,6 +147,37 @@ def _data_loader_shapes(layout) -> dict:
     }
 
 
+def _keras_shapes(layout) -> dict:
+    """Keras's image loading as Grain (``format="grain"``: an IterDataset), over ROWS images
+    whose first pixel is their id, with Keras's default ``seed=None`` (each process draws its
+    own seed and shuffles the file list with it) and seeded; the latter also batched by Keras."""
+    import tempfile
+    from pathlib import Path
+
+    import keras
+    from PIL import Image
+
+    root = Path(tempfile.mkdtemp())  # the same files on every process
+    for i in range(ROWS):
+        (root / "ab"[i % 2]).mkdir(exist_ok=True)
+        Image.fromarray(np.full((2, 2, 3), i, np.uint8)).save(root / "ab"[i % 2] / f"{i}.png")
+
+    def images(seed, batch_size=None):
+        ds = keras.utils.image_dataset_from_directory(
+            str(root), image_size=(2, 2), batch_size=batch_size, seed=seed, format="grain")
+        return ds.map(lambda e: {"id": np.asarray(e[0])[..., 0, 0, 0].astype(np.int32)})
+
+    load = dict(global_batch_size=16, remainder="pad", record="id", **BOUNDED)
+    with warnings.catch_warnings():  # the warning that every process reads it whole
+        warnings.simplefilter("ignore", jaxload.ShardingWarning)
+        return {
+            "keras grain, seed=None": lambda: jaxload.from_grain(images(None), layout, **load),
+            "keras grain, seeded": lambda: jaxload.from_grain(images(7), layout, **load),
+            "keras grain, seeded, batched": lambda: jaxload.from_grain(
+                images(7, batch_size=8), layout, batched=True, **load),
+        }
+
+
 def _resumed_with_a_filter(layout) -> str:
     """A DataLoader with a Filter op, its state resumed on a new global batch size."""
     loader = jaxload.from_grain(_filtered_data_loader(layout, 4), layout, global_batch_size=8,
@@ -218,7 +249,7 @@ def shapes() -> dict:
     """Worker side: what each shape gives on this process."""
     layout = jaxload.data_parallel()
     plan = layout.plan(16)
-    made = {**_map_shapes(layout, plan), **_data_loader_shapes(layout)}
+    made = {**_map_shapes(layout, plan), **_data_loader_shapes(layout), **_keras_shapes(layout)}
     out = {name: _delivered(make) for name, make in made.items()}
     out["data loader with a filter, resumed on a new global batch size"] = \
         _resumed_with_a_filter(layout)
@@ -230,7 +261,7 @@ def shapes() -> dict:
 DELIVERED = ["whole", "shuffled alike", "unseeded noise in a map", "own split, shard=False",
              "random_map after own split, seeded by group", "data loader", "iter dataset",
              "data loader, a Map op alike",
-             "iter dataset, batched"]
+             "iter dataset, batched", "keras grain, seeded", "keras grain, seeded, batched"]
 REFUSED = {
     "seed by process": r"the processes shard different datasets: the hash of a few elements at "
                        r"the same indices \"\w+\" on process \[0\], \"\w+\" on process \[1\]",
@@ -242,6 +273,8 @@ REFUSED = {
     "file order by process": r"the processes shard different datasets: the hash of a few elements",
     "iter dataset, seed by process": r"the processes shard different datasets: the hash of the "
                                      r"first elements",
+    "keras grain, seed=None": r"the hash of the first elements the pipeline yields .* "
+                              r"seed=None: pass seed=",
     "paths by host in the top map": r"the processes shard different datasets: the hash of a few "
                                     r"elements as the pipeline yields them",
     "random_map after own split": r"loading groups \[0-1\] draw the same random sequence: .* "
