@@ -245,6 +245,34 @@ def _a_later_pass(layout) -> dict:
     return {"passes": 3}
 
 
+def _filtered_drop(layout, keep, stop_after: int | None = None) -> dict:
+    """A filtered MapDataset of 2 * ROWS indices over the loading groups with
+    ``remainder="drop"``: the ids delivered (all processes), the warnings of the pass's end
+    (this process's), and where ``stop_after`` is given, a pass stopped after that many steps."""
+    import grain
+
+    loader = jaxload.from_grain(grain.MapDataset.range(2 * ROWS).filter(keep).map(_element),
+                                layout, global_batch_size=16, remainder="drop", record="id",
+                                **BOUNDED)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with iter(loader) as batches:
+            for step, _ in enumerate(batches):
+                if step + 1 == stop_after:
+                    break
+    steps = loader.records(all_processes=True)
+    return {"ids": sorted(i for step in steps for ids in step["ids"].values() for i in ids),
+            "warnings": [str(w.message) for w in caught if "kept rows left" in str(w.message)]}
+
+
+def _not_by_three(i) -> bool:
+    return i % 3 != 0
+
+
+def _even(i) -> bool:
+    return i % 2 == 0
+
+
 def shapes() -> dict:
     """Worker side: what each shape gives on this process."""
     layout = jaxload.data_parallel()
@@ -255,6 +283,9 @@ def shapes() -> dict:
         _resumed_with_a_filter(layout)
     out["iter dataset, resumed"] = _iter_dataset_resumed(layout)
     out["differs where a later pass draws"] = _a_later_pass(layout)
+    out["filter, drop"] = _filtered_drop(layout, _not_by_three)
+    out["filter, drop, stopped"] = _filtered_drop(layout, _not_by_three, stop_after=2)
+    out["filter by index parity, drop"] = _filtered_drop(layout, _even)
     return out
 
 
@@ -319,6 +350,32 @@ def test_refused_on_every_process_before_the_first_batch(results, name):
     assert seen[0] == seen[1], seen  # the same error on every process
     assert seen[0]["handed"] == 0 and seen[0]["error"].startswith("ValueError: "), seen[0]
     assert re.search(REFUSED[name], seen[0]["error"]), seen[0]["error"]
+
+
+@pytest.mark.cluster
+def test_a_filter_split_with_remainder_drop_counts_the_rows_it_did_not_deliver(results):
+    import re
+
+    # group 0 filters the even indices (42 kept), group 1 the odd ones (43 kept): 5 steps of 8
+    # rows each, so 2 and 3 kept rows are not delivered, each named by its own process
+    kept = [i for i in range(2 * ROWS) if _not_by_three(i)]
+    delivered = results[0]["filter, drop"]["ids"]
+    assert len(delivered) == 80 and set(delivered) <= set(kept)
+    left = [int(re.search(r"had (\d+) kept rows left", r["filter, drop"]["warnings"][0])[1])
+            for r in results]
+    assert left == [2, 3] and sum(left) == len(kept) - len(delivered)
+    assert all("drifted" not in r["filter, drop"]["warnings"][0] for r in results), [
+        r["filter, drop"] for r in results]
+    # a pass the loop stopped (break) did not end as agreed: nothing counted, nothing said
+    assert all(r["filter, drop, stopped"]["warnings"] == [] for r in results), [
+        r["filter, drop, stopped"] for r in results]
+    # a filter that keeps every index of group 0 and none of group 1's: the pass ends at once,
+    # and process 0 names the 64 rows its group had left, and the drift
+    parity = [r["filter by index parity, drop"] for r in results]
+    assert parity[0]["ids"] == []
+    assert "loading group 0 (this process's) had 64 kept rows left" in parity[0]["warnings"][0], \
+        parity[0]["warnings"][0]
+    assert "drifted far" in parity[0]["warnings"][0] and parity[1]["warnings"] == []
 
 
 @pytest.mark.cluster

@@ -105,6 +105,8 @@ class Pass:
             if not decision.more:
                 stream_proof.raise_if_diverged(decision)
                 group_proof.raise_if_diverged(decision)
+                if decision.stopped is None:  # the data's end, as agreed
+                    self._reader.ended(held=self._held is not None)
                 return
 
     # -- stage 1 -----------------------------------------------------------------------------
@@ -229,9 +231,7 @@ class Pass:
             if local is None:  # this process's data has run out: padding
                 text = self._reader.signature or self._template
                 assert text is not None  # a template round came first
-                padded = signature.zeros(text, 0)
-                treedef = jax.tree_util.tree_structure(padded)
-                leaves = jax.tree_util.tree_leaves(padded)
+                leaves, treedef = jax.tree_util.tree_flatten(signature.zeros(text, 0))
             else:
                 treedef, leaves, self._position = local.treedef, local.leaves, local.position
             if self._recorder is not None:  # this process's real rows, before padding
@@ -240,10 +240,8 @@ class Pass:
             if self._pad:
                 real = leaves[0].shape[0] if local is not None and leaves else 0
                 self._stats.padding_rows += plan.local_batch_size - real
-                padded = pad_rows(jax.tree_util.tree_unflatten(treedef, leaves),
-                                  plan.local_batch_size)
-                treedef = jax.tree_util.tree_structure(padded)
-                leaves = jax.tree_util.tree_leaves(padded)
+                leaves, treedef = jax.tree_util.tree_flatten(pad_rows(
+                    jax.tree_util.tree_unflatten(treedef, leaves), plan.local_batch_size))
             self._doing = Stage.ASSEMBLING
             batch = build_global(treedef, leaves, plan)
         step = self._step

@@ -65,6 +65,7 @@ class ReadAhead:
         self._digests, self._seed = digests, seed
         self.length = getattr(source, "length", None)
         self._describe = getattr(source, "describe", None)
+        self._ended = getattr(source, "ended", None)
         self._described: dict[str, Any] | None = None
         self._source = iter(source)
         self._plan_at, self._pad, self._stats = plan_at, pad, stats
@@ -102,6 +103,15 @@ class ReadAhead:
         those read ahead counted; None where this process has none there."""
         batches = self._round(held)
         return batches[s] if s < len(batches) else None
+
+    def ended(self, held: bool) -> None:
+        """Tells the source that its pass ended as the processes agreed, with the batches read
+        and not handed out (its optional ``ended(unused)``: those read ahead, and the first
+        step where it was ``held``, assembled before the round that ended the pass), within the
+        read's watch."""
+        if self._ended is not None:
+            with self._watch(self.next_step, False):
+                self._ended(len(self.ahead) + held)
 
     def take_described(self) -> dict[str, Any] | None:
         """The source's description, once (for the first round's report), then None."""

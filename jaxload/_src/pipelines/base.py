@@ -61,7 +61,9 @@ class Batches:
     what the pipeline shards, as the processes compare it (:mod:`jaxload._src.same_dataset`;
     ``seed``: a number every process shares, another for each pass);
     ``proves``: each item is ``(batch, position, digest)``, the digest of the global batch the
-    batch was kept from (:mod:`jaxload._src.stream_proof`).
+    batch was kept from (:mod:`jaxload._src.stream_proof`); ``ended(unused)``, where given, is
+    told that the pass ended as the processes agreed, with ``unused`` batches read and not
+    handed out.
 
     Example:
       >>> import itertools
@@ -73,11 +75,12 @@ class Batches:
 
     def __init__(self, batches: Iterable[tuple[HostBatch, Any]], length: int | None = None,
                  describe: Callable[[int], dict[str, Any] | None] | None = None,
-                 proves: bool = False):
+                 proves: bool = False, ended: Callable[[int], None] | None = None):
         self._batches = batches
         self.length = length
         self.describe = describe
         self.proves = proves
+        self.ended = ended
 
     def __iter__(self) -> Iterator[tuple[HostBatch, Any]]:
         return iter(self._batches)

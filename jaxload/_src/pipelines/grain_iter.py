@@ -9,12 +9,15 @@ so once); the processes compare the stream's first elements in the first round."
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import jax
+
 from jaxload._src.adapters.stack import stack_elements
 from jaxload._src.pipelines import grain_described
-from jaxload._src.pipelines.base import LocalSpec
+from jaxload._src.pipelines.base import Batches, LocalSpec
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP
 from jaxload._src.state import Elastic
@@ -61,6 +64,51 @@ def batched_iter(ds: Any, rows: int, batched: bool, remainder: str) -> Any:
     if batched:
         return ds
     return ds.batch(rows, drop_remainder=remainder == DROP, batch_fn=stack_elements)
+
+
+def dropped_counted(ds: Any, rows: int, group: int) -> Callable[[Any], Batches]:
+    """``batches(position)`` of ``ds`` (a filtered share, with ``remainder="drop"``) in full
+    batches of ``rows``; when a pass ends as the processes agreed, its kept rows that were not
+    delivered (those read ahead, the rest of the share, a last partial batch) are counted, which
+    reads the rest of the share, and named in a warning."""
+    batches = iterated(ds.batch(rows, drop_remainder=False, batch_fn=stack_elements))
+
+    def local(position: Any) -> Batches:
+        source, counts = batches(position), {"delivered": 0, "left": 0}
+
+        def full() -> Iterator[tuple[HostBatch, Any]]:
+            for batch, state in source:
+                if _rows(batch) < rows:  # the last, partial: dropped
+                    counts["left"] += _rows(batch)
+                    return
+                counts["delivered"] += rows
+                yield batch, state
+
+        def ended(unused: int) -> None:
+            counts["delivered"] -= unused * rows
+            left = counts["left"] + unused * rows + sum(_rows(b) for b, _ in source)
+            if left:
+                warnings.warn(_dropped(group, left, counts["delivered"], rows), stacklevel=2)
+
+        return Batches(full(), ended=ended)
+
+    return local
+
+
+def _rows(batch: HostBatch) -> int:
+    return len(jax.tree_util.tree_leaves(batch)[0])
+
+
+def _dropped(group: int, left: int, delivered: int, rows: int) -> str:
+    """What a filtered split with ``remainder="drop"`` did not deliver this pass, in words."""
+    drift = (" Its count drifted far from the group that ran out first: the filter keeps a "
+             "different share of each group's indices (group k filters indices k, k + K, ...), "
+             "as one that depends on the index does; a shuffle before the filter evens that "
+             "out." if left > max(rows, delivered // 10) else "")
+    return (f"from_grain(remainder='drop') over a filtered MapDataset: the pass ended when a "
+            f"loading group ran out of kept rows, and loading group {group} (this process's) "
+            f"had {left} kept rows left that it did not deliver ({delivered} delivered).{drift} "
+            "remainder='pad' delivers every kept row once.")
 
 
 def iterated(ds: Any) -> Callable[[Any], Iterator[tuple[HostBatch, Any]]]:

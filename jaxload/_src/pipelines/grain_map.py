@@ -10,7 +10,7 @@ from jaxload._src import compat
 from jaxload._src.adapters.stack import stack_elements
 from jaxload._src.pipelines import grain_described
 from jaxload._src.pipelines.base import Batches, LocalSpec
-from jaxload._src.pipelines.grain_iter import batched_iter, iterated
+from jaxload._src.pipelines.grain_iter import batched_iter, dropped_counted, iterated
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP, rows_read
 from jaxload._src.state import Elastic, LocalBatches, why_not_sliceable
@@ -41,7 +41,8 @@ class GrainMapDataset:
         self._padded = plan.global_batch_size != global_batch_size
         if self._padded:
             check_not_filtered(ds, plan)
-        elif shard and plan.shard_count > 1 and compat.drops_elements(ds):
+        self._splits_a_filter = shard and plan.shard_count > 1 and compat.drops_elements(ds)
+        if self._splits_a_filter and not self._padded:
             warn_filtered_split(plan, remainder)
         self._describe = grain_described.map_dataset(
             ds, plan, shard=shard, reads=not self._padded or rows_read(plan, global_batch_size) > 0)
@@ -62,9 +63,12 @@ class GrainMapDataset:
                                                                  self._remainder)
         batches: LocalBatches
         if by_index is None:  # Grain cannot batch it by index: iterate, then batch
-            options = self._read_options or _no_threads()
-            batches = iterated(batched_iter(group.to_iter_dataset(options), self._rows,
-                                            self._batched, self._remainder))
+            elements = group.to_iter_dataset(self._read_options or _no_threads())
+            if self._splits_a_filter and self._remainder == DROP and not self._batched:
+                batches = dropped_counted(elements, self._rows, self._plan.shard_index)
+            else:
+                batches = iterated(batched_iter(elements, self._rows, self._batched,
+                                                self._remainder))
         elif self._read_options is None:
             batches = _indexed(by_index)
         else:
@@ -169,7 +173,8 @@ def warn_filtered_split(plan: Plan, remainder: str) -> None:
         f"the indices k, k + {plan.shard_count}, ...), so the groups keep different numbers of "
         "rows. With "
         "remainder='drop' a pass ends when one group runs out, and the kept rows the others "
-        "have left are not delivered; remainder='pad' delivers every kept row once (the short "
+        "have left are not delivered (each process counts its group's at the pass's end and "
+        "names them in a warning); remainder='pad' delivers every kept row once (the short "
         "groups padded, mask False).", stacklevel=4)
 
 
