@@ -142,6 +142,10 @@ def pipeline(shape: str, root: str):
         paired = tf.data.Dataset.zip(shuffled, tf.data.Dataset.range(4))  # a label by position
         return paired.interleave(lambda name, label: tf.data.TFRecordDataset(name).map(
             lambda r: {"id": parse(r)["id"] * 10 + label}), cycle_length=1)
+    if shape == "batched-features":  # tf.data's own helper, with its defaults (shuffled)
+        return tf.data.experimental.make_batched_features_dataset(
+            str(Path(root, "four", "*.tfrecord")), batch_size=2, num_epochs=1,
+            features={"id": tf.io.FixedLenFeature([], tf.int64)})
     if shape == "names-repeated":
         return tf.data.Dataset.list_files(str(Path(root, "four", "*.tfrecord")),
                                           shuffle=False).repeat().interleave(
@@ -164,7 +168,7 @@ def run_shape(shape: str, root: str, steps: int | None = None) -> dict:
             start = time.monotonic()
             loader = jaxload.from_tf_data(pipeline(shape, root), jaxload.data_parallel(),
                                           global_batch_size=4, remainder="pad", timeout_s=60,
-                                          on_failure="raise")
+                                          on_failure="raise", batched=shape in BATCHED)
             built_s = time.monotonic() - start
             for batch in loader:
                 recorded.append(record(batch))
@@ -190,7 +194,9 @@ SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names"
           "sampled-sources", "unordered-names", "hint-after-shuffle", "set-seed", "generator",
           "generated-names", "cycle-by-process", "load-ordered", "load-default", "names-repeated",
           "ids-shuffled", "ids-per-host", "ids-seeded", "keras-default", "keras-seeded",
-          "names-with-labels", "names-taken", "names-numbered", "names-paired"]
+          "names-with-labels", "names-taken", "names-numbered", "names-paired",
+          "batched-features"]
+BATCHED = {"batched-features"}  # batched by the pipeline to the local batch size
 
 
 @pytest.fixture(scope="module")
@@ -219,8 +225,10 @@ def runs(clusters, root) -> dict:
 
 def unsharded(shape: str, root: str, keys=("id",)) -> Counter:
     """What the pipeline gives in one process, unsharded."""
-    return Counter(tuple(int(e[k]) for k in keys)
-                   for e in pipeline(shape, root).as_numpy_iterator())
+    elements = pipeline(shape, root)
+    if shape in BATCHED:
+        elements = elements.unbatch()
+    return Counter(tuple(int(e[k]) for k in keys) for e in elements.as_numpy_iterator())
 
 
 def delivered(results: list[dict], keys=("id",)) -> Counter:
@@ -299,6 +307,15 @@ def test_a_cache_to_a_file_gets_a_file_per_process_under_file_sharding(runs, roo
 def test_file_names_with_a_label_each_are_sharded_by_files_with_their_labels(runs, root):
     results = runs["names-with-labels"]
     exactly(results, unsharded("names-with-labels", root))
+    assert results[0]["backend"] == "tf.data/files" and results[0]["warnings"] == []
+
+
+@pytest.mark.cluster
+def test_make_batched_features_dataset_with_its_defaults_is_sharded_by_files(runs, root):
+    # its parse of each batch (ParseExampleDatasetV2) keeps its meaning on each group's records;
+    # its unseeded shuffles come after the split, each group shuffling its own
+    results = runs["batched-features"]
+    exactly(results, unsharded("batched-features", root))
     assert results[0]["backend"] == "tf.data/files" and results[0]["warnings"] == []
 
 

@@ -62,7 +62,7 @@ class ReadAhead:
                  recorder: Recorder | None = None,
                  watch: Callable[[int, bool], ContextManager[None]] | None = None,
                  digests: bool = False, seed: int = 0):
-        self._digests, self._seed = digests, seed
+        self._digests, self._pass_seed = digests, seed
         self.length = getattr(source, "length", None)
         self._describe = getattr(source, "describe", None)
         self._ended = getattr(source, "ended", None)
@@ -86,7 +86,7 @@ class ReadAhead:
         """Reads until ``n`` batches are ready or the pipeline ends."""
         if self._describe is not None:  # the first read: before any batch, within its watch
             with self._watch(self.next_step, True):
-                self._described, self._describe = self._describe(self._seed), None
+                self._described, self._describe = self._describe(self._pass_seed), None
         while len(self.ahead) < n and not self.exhausted:
             first = self.next_step == self._first_step
             with timed(self._stats, "backend"), self._watch(self.next_step, first):

@@ -71,7 +71,9 @@ def element(i):
             and fault_row <= row < fault_row + plan.local_batch_size):
         if row == fault_row:
             announce("assembly")
-        return {"x": np.zeros(4, np.float32)}
+        # another value at each reading: the first round compares a few elements read twice,
+        # and leaves out a process whose readings differ; the fault is the assembly's to find
+        return {"x": np.full(4, np.random.rand(), np.float32)}
     # only this process's own element: tf.data maps every element before the split, and the
     # others' would fail too (on TensorFlow's threads, after the first failure was reported)
     if faulty and row == fault_row and i % plan.shard_count == plan.shard_index:

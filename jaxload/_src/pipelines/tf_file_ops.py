@@ -39,7 +39,7 @@ KEEP = frozenset({
     "ThreadPoolDataset", "CacheDataset", "CacheDatasetV2", "FlatMapDataset", "InterleaveDataset",
     "ParallelInterleaveDataset", "ParallelInterleaveDatasetV2", "ParallelInterleaveDatasetV3",
     "ParallelInterleaveDatasetV4", "LegacyParallelInterleaveDatasetV2", "AssertNextDataset",
-    "ConcatenateDataset"})
+    "ConcatenateDataset", "ParseExampleDataset", "ParseExampleDatasetV2"})
 
 # batches that may drop a partial last batch: kept only without drop_remainder=True
 _DROPPING = frozenset({"BatchDatasetV2", "PaddedBatchDatasetV2", "ParallelBatchDataset",
