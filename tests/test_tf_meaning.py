@@ -107,7 +107,6 @@ def pipeline(shape: str, root: str):
             lambda i: {"id": i})
     if shape in ("ids-shuffled", "ids-per-host", "ids-seeded"):  # ids prepared in Python
         import jax
-        import numpy as np
 
         p = jax.process_index()
         if shape == "ids-shuffled":  # unseeded: each process draws its own order
@@ -142,6 +141,25 @@ def pipeline(shape: str, root: str):
         paired = tf.data.Dataset.zip(shuffled, tf.data.Dataset.range(4))  # a label by position
         return paired.interleave(lambda name, label: tf.data.TFRecordDataset(name).map(
             lambda r: {"id": parse(r)["id"] * 10 + label}), cycle_length=1)
+    if shape.startswith(("keras-text", "keras-timeseries", "keras-split")):  # seed=None default
+        import keras
+
+        seed = 7 if shape.endswith("seeded") else None
+        if shape.startswith("keras-text"):
+            texts = keras.utils.text_dataset_from_directory(str(Path(root, "text")),
+                                                            batch_size=None, seed=seed)
+            return texts.map(lambda x, y: {"id": tf.strings.to_number(x, tf.int64)})
+        if shape.startswith("keras-timeseries"):
+            windows = keras.utils.timeseries_dataset_from_array(
+                np.arange(40), None, sequence_length=3, batch_size=None, shuffle=True, seed=seed)
+            return windows.map(lambda x: {"id": x[0]})
+        return keras.utils.split_dataset(tf.data.Dataset.range(40).map(lambda i: {"id": i}),
+                                         left_size=0.5, shuffle=True, seed=seed)[0]
+    if shape in ("csv-default", "csv-seeded"):  # tf.data's CSV helper: split by elements
+        rows = tf.data.experimental.make_csv_dataset(
+            str(Path(root, "csv", "*.csv")), batch_size=1, num_epochs=1,
+            shuffle_seed=7 if shape == "csv-seeded" else None)
+        return rows.unbatch().map(lambda row: {"id": row["id"]})
     if shape == "batched-features":  # tf.data's own helper, with its defaults (shuffled)
         return tf.data.experimental.make_batched_features_dataset(
             str(Path(root, "four", "*.tfrecord")), batch_size=2, num_epochs=1,
@@ -195,7 +213,9 @@ SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names"
           "generated-names", "cycle-by-process", "load-ordered", "load-default", "names-repeated",
           "ids-shuffled", "ids-per-host", "ids-seeded", "keras-default", "keras-seeded",
           "names-with-labels", "names-taken", "names-numbered", "names-paired",
-          "batched-features"]
+          "batched-features", "keras-text-default", "keras-text-seeded",
+          "keras-timeseries-default", "keras-timeseries-seeded", "keras-split-default",
+          "keras-split-seeded", "csv-default", "csv-seeded"]
 BATCHED = {"batched-features"}  # batched by the pipeline to the local batch size
 
 
@@ -210,6 +230,13 @@ def root(tmp_path_factory) -> str:
     tf.data.Dataset.range(24).save(str(root / "saved"))
     for name in "ab":
         (root / "images" / name).mkdir(parents=True)
+    for i in range(20):  # 20 texts in two classes, each its own id
+        (root / "text" / "ab"[i % 2]).mkdir(parents=True, exist_ok=True)
+        (root / "text" / "ab"[i % 2] / f"{i}.txt").write_text(str(i))
+    (root / "csv").mkdir()
+    for f in range(4):  # 4 CSV files of 5 rows
+        (root / "csv" / f"{f}.csv").write_text(
+            "id,v\n" + "".join(f"{10 * f + r},{r}\n" for r in range(5)))
     for i in range(12):  # 12 images of 4x4 pixels in two classes, each with its own first pixel
         pixels = np.full((4, 4, 3), 10 * i + 5, np.uint8)
         tf.io.write_file(str(root / "images" / "ab"[i % 2] / f"{i}.png"), tf.io.encode_png(pixels))
@@ -311,6 +338,12 @@ def test_file_names_with_a_label_each_are_sharded_by_files_with_their_labels(run
 
 
 @pytest.mark.cluster
+def test_make_csv_dataset_with_its_unseeded_shuffle_is_refused_naming_the_seed(runs):
+    # a CSV reader cannot be split by files: by elements, its shuffle must draw alike
+    refused(runs["csv-default"], "without a seed")
+
+
+@pytest.mark.cluster
 def test_make_batched_features_dataset_with_its_defaults_is_sharded_by_files(runs, root):
     # its parse of each batch (ParseExampleDatasetV2) keeps its meaning on each group's records;
     # its unseeded shuffles come after the split, each group shuffling its own
@@ -354,14 +387,17 @@ def test_a_generator_that_yields_another_order_is_stopped_before_its_first_step(
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("shape", ["ids-shuffled", "ids-per-host", "keras-default"])
+@pytest.mark.parametrize("shape", ["ids-shuffled", "ids-per-host", "keras-default",
+                                   "keras-text-default", "keras-timeseries-default",
+                                   "keras-split-default"])
 def test_arrays_that_differ_by_process_are_refused_at_the_first_round(runs, shape):
     refused(runs[shape], "the processes shard different datasets", "the arrays under the "
             "pipeline", "pass seed=", "process [0]", "process [1]")
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("shape", ["ids-seeded", "keras-seeded"])
+@pytest.mark.parametrize("shape", ["ids-seeded", "keras-seeded", "keras-text-seeded",
+                                   "keras-timeseries-seeded", "keras-split-seeded", "csv-seeded"])
 def test_arrays_shuffled_alike_on_every_process_are_delivered_exactly(runs, root, shape):
     results = runs[shape]
     exactly(results, unsharded(shape, root))
