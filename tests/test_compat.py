@@ -1,4 +1,4 @@
-"""Every private attribute of JAX and Grain that jaxload reads (jaxload/_src/compat.py) exists
+"""Every private attribute of JAX and Grain that jaxload reads (jaxload/_src/compat/) exists
 in the installed versions: an upgrade that removes one fails here, naming it."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_tensorflow_private_entry_points_exist_and_work(tmp_path):
                         (gen_dataset_ops, "deserialize_iterator")]:
         assert hasattr(owner, name), (
             f"TensorFlow no longer has {owner.__name__}.{name}: jaxload cannot shard tf.data by "
-            "files or save its iterators (jaxload/_src/compat.py)")
+            "files or save its iterators (jaxload/_src/compat/)")
     # the FILE rewrite deals out file names, which can be counted without reading a file
     files = [str(tmp_path / f"{i}.txt") for i in range(5)]
     for i, path in enumerate(files):

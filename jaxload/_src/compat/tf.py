@@ -1,0 +1,239 @@
+"""TensorFlow's internals that jaxload reads (see :mod:`jaxload._src.compat`): a tf.data pipeline's
+graph and its rebuild, the file-sharding rewrite, the dataset objects' inputs, iterator
+checkpoints as bytes."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from jaxload._src.compat.tf_logs import ERROR, logs_at_least, no_info_logs
+
+
+def tf_graph(ds: Any, *, fail_on_external_state: bool = False) -> Any:
+    """A ``tf.data.Dataset``'s graph as a ``GraphDef`` (its functions in ``library``):
+    ``ds._as_serialized_graph``, without device placements. With ``fail_on_external_state``
+    it raises TensorFlow's ``FailedPreconditionError`` naming an op whose state tf.data cannot
+    save (a ``py_function``, ...)."""
+    import tensorflow as tf
+    from tensorflow.core.framework import graph_pb2
+
+    policy = tf.data.experimental.ExternalStatePolicy
+    graph = graph_pb2.GraphDef()
+    # a refusal is raised here, named by the caller: TensorFlow's own WARNING line of it
+    # ("Local rendezvous is aborting ...") would only repeat it, so it is off while inside
+    with logs_at_least(ERROR) if fail_on_external_state else contextlib.nullcontext():
+        serialized = ds._as_serialized_graph(
+            external_state_policy=policy.FAIL if fail_on_external_state else policy.IGNORE,
+            strip_device_assignment=True)
+    graph.ParseFromString(serialized.numpy())
+    for nodes in [graph.node] + [f.node_def for f in graph.library.function]:
+        for node in nodes:  # what stripping leaves (a py_function's "/device::0") fails later
+            node.device = ""
+    return graph
+
+
+def tf_auto_shard(ds: Any, num_workers: int, index: int, policy: Any) -> Any:
+    """TensorFlow's sharding rewrite (tf.distribute's ``AutoShardPolicy``) of ``ds`` for worker
+    ``index`` of ``num_workers``: ``distribute._AutoShardDataset``. FILE inserts a shard of the
+    file names before the first op that reads them; HINT fills in ``SHARD_HINT``."""
+    import tensorflow as tf
+    from tensorflow.python.data.experimental.ops import distribute
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = policy
+    return distribute._AutoShardDataset(ds.with_options(options), num_workers, index)
+
+
+def tf_from_graph(graph: Any, element_spec: Any) -> Any:
+    """A ``tf.data.Dataset`` from a ``GraphDef`` (as :func:`tf_graph` returns, its ``_Retval``
+    pointing at the dataset wanted): ``dataset_from_graph`` and ``dataset_ops._VariantDataset``."""
+    from tensorflow.python.data.ops import dataset_ops
+    from tensorflow.python.ops import gen_experimental_dataset_ops
+
+    variant = gen_experimental_dataset_ops.dataset_from_graph(graph.SerializeToString())
+    return dataset_ops._VariantDataset(variant, element_spec)
+
+
+def tf_shuffle(ds: Any) -> tuple[Any, int, int, int, bool] | None:
+    """``(input, buffer_size, seed, seed2, reshuffle_each_iteration)`` of a dataset that
+    ``Dataset.shuffle`` made (``shuffle_op._ShuffleDataset``), both op seeds as TensorFlow
+    derived them (0 and 0: none); None for any other dataset."""
+    if type(ds).__name__ != "_ShuffleDataset":
+        return None
+    try:
+        return (ds._input_dataset, int(ds._buffer_size), int(ds._seed), int(ds._seed2),
+                ds._reshuffle_each_iteration is not False)  # None: TensorFlow's default, True
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def tf_shuffled(ds: Any, buffer_size: int, seeds: tuple[int, int], reshuffle: bool) -> Any:
+    """``ds`` shuffled as ``Dataset.shuffle`` shuffles it, with both op seeds given (which
+    ``shuffle`` cannot take) and a seed generator of its own: ``gen_dataset_ops.
+    shuffle_dataset_v3`` as a ``dataset_ops._VariantDataset``. Its ``n``-th iterator has the
+    order of the ``n``-th iterator of ``Dataset.shuffle`` with those seeds."""
+    from tensorflow.python.data.ops import dataset_ops
+    from tensorflow.python.data.util import structure
+    from tensorflow.python.ops import gen_dataset_ops
+
+    spec = ds.element_spec  # a shuffle keeps it
+    variant = gen_dataset_ops.shuffle_dataset_v3(
+        ds._variant_tensor, buffer_size=buffer_size, seed=seeds[0], seed2=seeds[1],
+        seed_generator=gen_dataset_ops.dummy_seed_generator(),
+        reshuffle_each_iteration=reshuffle, output_types=structure.get_flat_tensor_types(spec),
+        output_shapes=structure.get_flat_tensor_shapes(spec))
+    return dataset_ops._VariantDataset(variant, ds.element_spec)
+
+
+def tf_source_tensors(ds: Any) -> list[Any]:
+    """The tensors of every ``from_tensor_slices`` and ``from_tensors`` under ``ds``, depth
+    first (``_TensorSliceDataset._tensors``, ``_TensorDataset._tensors``, found through each
+    dataset's ``_inputs()``); none under a dataset rebuilt from a graph."""
+    found, todo, seen = [], [ds], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if type(node).__name__ in ("_TensorSliceDataset", "_TensorDataset"):
+            found.extend(node._tensors)
+        todo.extend(reversed(node._inputs()))
+    return found
+
+
+def tf_is_tensor_slices(ds: Any) -> bool:
+    """Whether ``ds`` is a ``Dataset.from_tensor_slices`` (``from_tensor_slices_op.
+    _TensorSliceDataset``): its rows are constants of its graph."""
+    return type(ds).__name__ == "_TensorSliceDataset"
+
+
+def tf_repeat(ds: Any) -> tuple[Any, int] | None:
+    """``(input, count)`` of a dataset that ``Dataset.repeat`` made (``repeat_op.
+    _RepeatDataset._count``; -1: without end), else None."""
+    if type(ds).__name__ != "_RepeatDataset":
+        return None
+    return ds._input_dataset, int(ds._count)
+
+
+def tf_skips_in_place(ds: Any) -> bool:
+    """Whether ``ds`` is a ``from_tensor_slices`` or a ``range`` (``_TensorSliceDataset``,
+    ``_RangeDataset``): a source in memory, which tf.data skips in place."""
+    return type(ds).__name__ in ("_TensorSliceDataset", "_RangeDataset")
+
+
+def tf_one_to_one(ds: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+    """For a dataset that gives one element per element of its input, in its order, whatever
+    the element (``map`` with or without ``num_parallel_calls``, ``prefetch``,
+    ``with_options``): its input, and a function that applies the same op, the same traced
+    function included, to another input of the same element spec. None for any other."""
+    from tensorflow.python.data.ops import dataset_ops
+    from tensorflow.python.ops import gen_dataset_ops
+
+    kind = type(ds).__name__
+    if kind == "_PrefetchDataset":
+        return ds._input_dataset, lambda new: new.prefetch(int(ds._buffer_size))
+    if kind == "_OptionsDataset":
+        return ds._input_dataset, lambda new: new.with_options(ds.options())
+    if kind not in ("_MapDataset", "_ParallelMapDataset"):
+        return None
+    function = ds._map_func.function
+    common = {"use_inter_op_parallelism": ds._use_inter_op_parallelism,
+              "preserve_cardinality": ds._preserve_cardinality, **ds._common_args}
+    if kind == "_ParallelMapDataset":
+        if hasattr(ds, "_use_unbounded_threadpool"):
+            common["use_unbounded_threadpool"] = ds._use_unbounded_threadpool
+        common.update(num_parallel_calls=ds._num_parallel_calls, deterministic=ds._deterministic)
+
+    def again(new: Any) -> Any:
+        op = (gen_dataset_ops.parallel_map_dataset_v2 if kind == "_ParallelMapDataset"
+              else gen_dataset_ops.map_dataset)
+        variant = op(new._variant_tensor, function.captured_inputs, f=function, **common)
+        return dataset_ops._VariantDataset(variant, ds.element_spec)
+
+    return ds._input_dataset, again
+
+
+def tf_map_carrying(ds: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+    """For a ``map`` (with or without ``num_parallel_calls``) whose input and output are dense
+    tensors: its input, and a function that maps another dataset of ``(element, extra)`` pairs,
+    applying the same traced function to ``element`` and passing ``extra`` on. None for any
+    other dataset."""
+    import tensorflow as tf
+
+    kind = type(ds).__name__
+    if kind not in ("_MapDataset", "_ParallelMapDataset") or not all(
+            isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(
+                (ds.element_spec, ds._input_dataset.element_spec))):
+        return None
+    function, spec = ds._map_func.function, ds.element_spec
+    options: dict[str, Any] = {}
+    if kind == "_ParallelMapDataset":
+        options = {"num_parallel_calls": int(ds._num_parallel_calls),
+                   "deterministic": {"true": True, "false": False}.get(ds._deterministic)}
+
+    def apply(element: Any, extra: Any) -> tuple[Any, Any]:
+        return tf.nest.pack_sequence_as(spec, tf.nest.flatten(function(
+            *tf.nest.flatten(element)))), extra
+
+    return ds._input_dataset, lambda pairs: pairs.map(apply, **options)
+
+
+def tf_input_index(node: Any, name: str) -> int:
+    """The position among ``node``'s inputs (a ``NodeDef`` of a tf.data graph) of its op's
+    input argument ``name``, list arguments counted by their length: from the op's ``OpDef``,
+    ``op_def_registry.get``."""
+    from tensorflow.python.framework import op_def_registry
+
+    index = 0
+    for arg in op_def_registry.get(node.op).input_arg:
+        if arg.name == name:
+            return index
+        if arg.type_list_attr:
+            index += len(node.attr[arg.type_list_attr].list.type)
+        elif arg.number_attr:
+            index += node.attr[arg.number_attr].i
+        else:
+            index += 1
+    raise ValueError(f"{node.op} has no input {name!r}")
+
+
+def tf_save_iterator(iterator: Any, *, ignore_external_state: bool) -> bytes:
+    """A tf.data iterator's checkpoint as bytes (what ``tf.train.Checkpoint`` writes of it):
+    ``gen_dataset_ops.serialize_iterator`` of ``iterator._iterator_resource``."""
+    import tensorflow as tf
+    from tensorflow.python.ops import gen_dataset_ops
+
+    policy = tf.data.experimental.ExternalStatePolicy
+    with no_info_logs():  # TensorFlow logs each symbolic save at INFO: a line per batch
+        state = gen_dataset_ops.serialize_iterator(
+            iterator._iterator_resource,
+            external_state_policy=(policy.IGNORE if ignore_external_state else policy.FAIL).value)
+    return bytes(tf.io.serialize_tensor(state).numpy())
+
+
+def tf_restore_iterator(iterator: Any, state: bytes) -> None:
+    """Puts a fresh iterator of the same pipeline where :func:`tf_save_iterator` took ``state``:
+    ``gen_dataset_ops.deserialize_iterator``."""
+    import tensorflow as tf
+    from tensorflow.python.ops import gen_dataset_ops
+
+    gen_dataset_ops.deserialize_iterator(iterator._iterator_resource,
+                                         tf.io.parse_tensor(state, tf.variant))
+
+
+
+def tf_op_attrs(op: str) -> set[str]:
+    """The attribute names of a TensorFlow op (``op_def_registry.get(op).attr``)."""
+    from tensorflow.python.framework import op_def_registry
+
+    return {attr.name for attr in op_def_registry.get(op).attr}
+
+
+def tf_global_seed() -> int | None:
+    """The seed ``tf.random.set_seed`` set (eagerly), or None: ``context.global_seed()``."""
+    from tensorflow.python.eager import context
+
+    seed = context.global_seed()
+    return None if seed is None else int(seed)
