@@ -1,6 +1,6 @@
 """The cost of the run-time check that every process splits the same tf.data order.
 
-Each process describes what it splits once per loader (jaxload/_src/pipelines/tf_probe.py), and
+Each process describes what it splits once per loader (jaxload/_src/pipelines/tf/probe.py), and
 the descriptions ride the first round of each pass:
 
 - sharded by files: the file names dealt out, hashed while the loader counts them (which it did
@@ -48,7 +48,7 @@ def _names_ms(ds, plan) -> tuple[float, float]:
     import tensorflow as tf
 
     from jaxload._src import compat
-    from jaxload._src.pipelines import tf_names
+    from jaxload._src.pipelines.tf import names as tf_names
 
     share = compat.tf_auto_shard(ds, plan.shard_count, plan.shard_index,
                                  tf.data.experimental.AutoShardPolicy.FILE)
@@ -73,10 +73,10 @@ def _pass_ms(ds, plan) -> float:
 def main() -> None:
     import tensorflow as tf
 
-    from jaxload._src.pipelines.tf_files import Sharding
-    from jaxload._src.pipelines.tf_graph import DatasetGraph
-    from jaxload._src.pipelines.tf_order import structure, unseen_order
-    from jaxload._src.pipelines.tf_probe import Probe
+    from jaxload._src.pipelines.tf.graph import DatasetGraph
+    from jaxload._src.pipelines.tf.order import structure, unseen_order
+    from jaxload._src.pipelines.tf.probe import Probe
+    from jaxload._src.pipelines.tf.split import Sharding
 
     plan = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4)).plan(
         global_batch_size=GLOBAL_BATCH, process_index=0)

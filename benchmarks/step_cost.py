@@ -96,7 +96,8 @@ class Parts:
 
 def _instrument() -> Parts:
     from jaxload._src import iterator, passes, prefetch
-    from jaxload._src.pipelines import tf_iterator, tfdata
+    from jaxload._src.pipelines.tf import dataset as tfdata
+    from jaxload._src.pipelines.tf import iterator as tf_iterator
     from jaxload._src.read_ahead import ReadAhead
 
     parts = Parts()

@@ -1,7 +1,7 @@
 """What the stream proof costs: a tf.data pipeline split by elements over several loading groups
 hashes every element it reads below its last maps (``tf.fingerprint`` per element, a global
 batch at a time) and compares one digest per step in the step agreement
-(jaxload/_src/pipelines/tf_stream.py, jaxload/_src/stream_proof.py). The same loader with the
+(jaxload/_src/pipelines/tf/stream.py, jaxload/_src/stream_proof.py). The same loader with the
 proof on (``checks="first"``, the default) and off (``checks="never"``: the plain
 ``shard(K, k)`` split, which also drops the first step's check), in the same run.
 

@@ -22,7 +22,7 @@ from jaxload._src.layout import (
     simulated_devices,
 )
 from jaxload._src.loader import Loader
-from jaxload._src.pipelines.tf_files import ShardingWarning
+from jaxload._src.pipelines.tf.split import ShardingWarning
 from jaxload._src.remainder import REMAINDER_MODES, unpad
 from jaxload._src.stats import Stats, StatsSummary
 from jaxload._src.whereabouts import OutOfStepError

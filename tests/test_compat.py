@@ -112,7 +112,7 @@ def test_tensorflow_private_entry_points_exist_and_work(tmp_path):
     share = compat.tf_auto_shard(tf.data.TextLineDataset(files), 2, 1,
                                  tf.data.experimental.AutoShardPolicy.FILE)
     assert [line.decode() for line in share.as_numpy_iterator()] == ["1", "3"]
-    from jaxload._src.pipelines.tf_names import file_names
+    from jaxload._src.pipelines.tf.names import file_names
 
     graph = compat.tf_graph(share)
     assert file_names(graph).count == 5

@@ -91,7 +91,7 @@ def test_grain_shard_options_follow_the_plan():
 def test_a_data_loader_that_drops_records_is_refused_under_pad():
     import grain
 
-    from jaxload._src.pipelines.grain_loader import check_data_loader
+    from jaxload._src.pipelines.grain.data_loader import check_data_loader
 
     layout = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4))
     plan = layout.plan(16, process_index=0)

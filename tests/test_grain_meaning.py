@@ -222,7 +222,7 @@ def _a_later_pass(layout) -> dict:
     import grain
     import jax
 
-    from jaxload._src.pipelines.grain_described import drawn
+    from jaxload._src.pipelines.grain.described import drawn
 
     def draw(ordinal: int) -> set[int]:  # a pass's seed: its exchange's name
         return set(drawn(ROWS, 2, zlib.crc32(f"jaxload/loader/later/pass/{ordinal}".encode())))
@@ -427,7 +427,7 @@ def test_a_filtered_state_of_several_loading_groups_is_not_continued_on_another_
 
 def test_a_filter_split_with_remainder_drop_says_what_it_drops():
     from jaxload._src import told
-    from jaxload._src.pipelines import grain_map
+    from jaxload._src.pipelines.grain import map_dataset as grain_map
 
     plan = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 2)).plan(16)
     told.forget()

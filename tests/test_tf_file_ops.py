@@ -12,7 +12,7 @@ from test_tf_files import write_files
 
 import jaxload
 from jaxload._src import told
-from jaxload._src.pipelines.tfdata import TfDataset
+from jaxload._src.pipelines.tf.dataset import TfDataset
 
 tf = pytest.importorskip("tensorflow")
 
@@ -104,8 +104,8 @@ def test_ops_on_the_file_names_stay_as_written(files):
 def added_up(make) -> tuple[str, str]:
     """The names the unsharded pipeline's reads are given, and the four groups' summed."""
     from jaxload._src import compat
-    from jaxload._src.pipelines.tf_files import files_of_group
-    from jaxload._src.pipelines.tf_names import names_read
+    from jaxload._src.pipelines.tf.names import names_read
+    from jaxload._src.pipelines.tf.split import files_of_group
 
     shares = [names_read(compat.tf_graph(files_of_group(make(), 4, k))) for k in range(4)]
     count = sum(int(share.split(":")[0]) for share in shares)

@@ -310,7 +310,7 @@ def test_the_share_carries_no_options_node_of_the_rewrite(tmp_path):
 
     import jaxload
     from jaxload._src import compat
-    from jaxload._src.pipelines.tf_files import split
+    from jaxload._src.pipelines.tf.split import split
 
     pattern = write_files(tmp_path, [3, 3, 3, 3])
     options = tf.data.Options()

@@ -17,9 +17,10 @@ from test_tf_files import write_files
 
 import jaxload
 from jaxload._src import told
-from jaxload._src.pipelines import tf_files, tf_iterator
-from jaxload._src.pipelines.tf_graph import DatasetGraph
-from jaxload._src.pipelines.tfdata import TfDataset
+from jaxload._src.pipelines.tf import iterator as tf_iterator
+from jaxload._src.pipelines.tf import split as tf_files
+from jaxload._src.pipelines.tf.dataset import TfDataset
+from jaxload._src.pipelines.tf.graph import DatasetGraph
 
 tf = pytest.importorskip("tensorflow")
 
@@ -313,7 +314,7 @@ def test_a_pass_over_a_pipeline_with_a_stateful_op_writes_no_tensorflow_warnings
 
 def test_the_functions_of_a_node_include_each_branch_of_a_case():
     from jaxload._src import compat
-    from jaxload._src.pipelines.tf_graph import functions_of
+    from jaxload._src.pipelines.tf.graph import functions_of
 
     ds = tf.data.Dataset.range(8).map(lambda x: tf.switch_case(
         tf.cast(x % 2, tf.int32), [lambda: tf.random.uniform([]), lambda: tf.constant(0.0)]))
@@ -454,7 +455,7 @@ def test_a_save_tf_data_refuses_after_all_turns_positions_into_counts(monkeypatc
 
 def test_a_parallel_interleave_in_order_is_rebuilt_as_a_sequential_one_reading_ahead():
     from jaxload._src import compat
-    from jaxload._src.pipelines.tf_rewrite import sequential_interleaves
+    from jaxload._src.pipelines.tf.rewrite import sequential_interleaves
 
     def interleave(**kwargs):
         return tf.data.Dataset.range(6).interleave(
@@ -504,7 +505,7 @@ def test_a_rebuilt_parallel_interleave_s_checkpoint_does_not_grow_with_its_input
     # TensorFlow 2.21's symbolic checkpoint of a parallel interleave grows by about 200 bytes
     # with every input consumed (and its time per element with it)
     from jaxload._src import compat
-    from jaxload._src.pipelines.tf_rewrite import sequential_interleaves
+    from jaxload._src.pipelines.tf.rewrite import sequential_interleaves
 
     options = tf.data.Options()
     options.experimental_symbolic_checkpoint = True
@@ -529,7 +530,7 @@ def test_an_ended_pipeline_s_iterator_is_destroyed_off_the_reading_thread(monkey
     import threading
     import weakref
 
-    from jaxload._src.pipelines import tf_iterator
+    from jaxload._src.pipelines.tf import iterator as tf_iterator
 
     where: list[str] = []
     real = tf_iterator.release
@@ -552,7 +553,7 @@ def test_an_ended_pipeline_s_iterator_is_destroyed_off_the_reading_thread(monkey
 def test_the_first_elements_are_compared_only_where_the_graph_cannot_show_the_order():
     import os
 
-    from jaxload._src.pipelines.tf_order import structure, unseen_order
+    from jaxload._src.pipelines.tf.order import structure, unseen_order
 
     cpus = len(os.sched_getaffinity(0))
     assert unseen_order(DatasetGraph.of(tf.data.Dataset.range(8).map(lambda i: i + 1))) == []

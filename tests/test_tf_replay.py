@@ -1,4 +1,4 @@
-"""A shuffled tf.data pipeline is positioned by replay (jaxload/_src/pipelines/tf_replay.py):
+"""A shuffled tf.data pipeline is positioned by replay (jaxload/_src/pipelines/tf/replay.py):
 nothing is saved while a pass runs, the state is a few counts, a resume continues with the same
 rows in the same order, and each pass has the order of the user's own pipeline's n-th
 iteration. In one process over simulated topologies, then in real processes, where the parent
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import jaxload
-from jaxload._src.pipelines import tf_read, tf_replay
-from jaxload._src.pipelines.tfdata import TfDataset
+from jaxload._src.pipelines.tf import read as tf_read
+from jaxload._src.pipelines.tf import replay as tf_replay
+from jaxload._src.pipelines.tf.dataset import TfDataset
 from placement import record
 
 tf = pytest.importorskip("tensorflow")
@@ -294,8 +295,8 @@ def light_cases():
 
 @pytest.mark.parametrize("name", sorted(light_cases()))
 def test_the_graph_is_read_without_the_rows_and_says_what_the_whole_one_says(name):
-    from jaxload._src.pipelines import tf_order
-    from jaxload._src.pipelines.tf_graph import DatasetGraph
+    from jaxload._src.pipelines.tf import order as tf_order
+    from jaxload._src.pipelines.tf.graph import DatasetGraph
 
     ds = light_cases()[name]
     light, whole = tf_read.read_graph(ds), DatasetGraph.of(ds)
@@ -358,7 +359,7 @@ def parse_id(serialized):
 def test_split_by_files_each_group_replays_a_shuffle_of_its_own_files(tmp_path):
     from test_tf_files import write_files
 
-    from jaxload._src.pipelines.tf_files import files_of_group
+    from jaxload._src.pipelines.tf.split import files_of_group
 
     sizes = [37, 50, 13, 60, 20, 31, 44, 5]
     pattern = write_files(tmp_path, sizes)

@@ -1,7 +1,7 @@
 """A pipeline split by elements proves at every step that every process read the same elements.
 
 Split by elements, every process reads the whole pipeline and keeps its loading group's share
-(:mod:`~jaxload._src.pipelines.tf_stream`): right only if they all read the same elements in
+(:mod:`~jaxload._src.pipelines.tf.stream`): right only if they all read the same elements in
 the same order, which no list of ops can promise (a generator, a ``py_function``, a random op in
 a ``filter``, a file list that differs by host). So each process's report carries, for every
 step it has read ahead, the digest of the global batch its batch was kept from; the leader

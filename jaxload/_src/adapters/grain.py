@@ -12,9 +12,9 @@ from jaxload._src.defaults import DEFAULT_EXIT_GRACE_S, DEFAULT_TIMEOUT_S
 from jaxload._src.layout import Layout
 from jaxload._src.loader import Loader
 from jaxload._src.pipelines.base import Pipeline
-from jaxload._src.pipelines.grain_iter import GrainIterDataset
-from jaxload._src.pipelines.grain_loader import GrainDataLoader
-from jaxload._src.pipelines.grain_map import GrainMapDataset
+from jaxload._src.pipelines.grain.data_loader import GrainDataLoader
+from jaxload._src.pipelines.grain.iter_dataset import GrainIterDataset
+from jaxload._src.pipelines.grain.map_dataset import GrainMapDataset
 from jaxload._src.remainder import DROP, check_padded_options
 from jaxload._src.schedule import from_option
 

@@ -1,5 +1,5 @@
 """``from_tf_data``: a tf.data pipeline to a :class:`~jaxload.Loader`, through
-:class:`~jaxload._src.pipelines.tfdata.TfDataset` or, with ``service=``, the tf.data service.
+:class:`~jaxload._src.pipelines.tf.dataset.TfDataset` or, with ``service=``, the tf.data service.
 TensorFlow is imported only when a tf.data pipeline is passed in."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from jaxload._src.input_context import InputContext
 from jaxload._src.layout import Layout
 from jaxload._src.loader import Loader
 from jaxload._src.pipelines.base import Pipeline
-from jaxload._src.pipelines.tf_files import OPTIONS
-from jaxload._src.pipelines.tfdata import FUNCTION, TfDataset
-from jaxload._src.pipelines.tfdata_service import TfDataService
+from jaxload._src.pipelines.tf.dataset import FUNCTION, TfDataset
+from jaxload._src.pipelines.tf.service import TfDataService
+from jaxload._src.pipelines.tf.split import OPTIONS
 from jaxload._src.remainder import DROP, check_padded_options
 from jaxload._src.schedule import from_option
 

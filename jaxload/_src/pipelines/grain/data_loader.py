@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxload._src import compat
-from jaxload._src.pipelines import grain_described
 from jaxload._src.pipelines.base import LocalSpec
+from jaxload._src.pipelines.grain import described
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP
 from jaxload._src.state import Elastic, LocalBatches
@@ -48,7 +48,7 @@ class GrainDataLoader:
         if shard:
             check_data_loader(loader, plan, remainder)
         self._loader, self._plan = loader, plan
-        self._describe = grain_described.data_loader(loader, plan, shard=shard)
+        self._describe = described.data_loader(loader, plan, shard=shard)
         self.batches = self.from_row(0)
         self.elastic = self._elastic(shard)
 
@@ -68,7 +68,7 @@ class GrainDataLoader:
             for batch in iterator:
                 yield batch, iterator.get_state().decode()
 
-        return grain_described.with_description(batches, self._describe)
+        return described.with_description(batches, self._describe)
 
     def _elastic(self, shard: bool) -> Elastic:
         try:

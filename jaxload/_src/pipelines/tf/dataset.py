@@ -1,6 +1,6 @@
 """A ``tf.data.Dataset``: split over the loading groups by files or by elements
-(:mod:`~jaxload._src.pipelines.tf_files`), batched with ``batch``, positioned by tf.data's own
-iterator checkpoints (:mod:`~jaxload._src.pipelines.tf_iterator`)."""
+(:mod:`~jaxload._src.pipelines.tf.split`), batched with ``batch``, positioned by tf.data's own
+iterator checkpoints (:mod:`~jaxload._src.pipelines.tf.iterator`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,22 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from jaxload._src.pipelines.base import Batches, LocalSpec
-from jaxload._src.pipelines.tf_files import (
+from jaxload._src.pipelines.tf.graph import PARALLEL_INTERLEAVES, DatasetGraph
+from jaxload._src.pipelines.tf.iterator import (
+    batches_of,
+    checked_batches,
+    checkpointed,
+    counted,
+    positioning,
+    saveable,
+)
+from jaxload._src.pipelines.tf.order import check_same_order, constants, structure, unseen_order
+from jaxload._src.pipelines.tf.probe import Probe as _Probe
+from jaxload._src.pipelines.tf.read import read_graph, with_options_of
+from jaxload._src.pipelines.tf.replay import Replay, position_of
+from jaxload._src.pipelines.tf.rewrite import sequential_interleaves
+from jaxload._src.pipelines.tf.spec import batch_spec, check_element_spec
+from jaxload._src.pipelines.tf.split import (
     ELEMENTS,
     FILES,
     HINT,
@@ -18,22 +33,7 @@ from jaxload._src.pipelines.tf_files import (
     split,
     with_own_caches,
 )
-from jaxload._src.pipelines.tf_graph import PARALLEL_INTERLEAVES, DatasetGraph
-from jaxload._src.pipelines.tf_iterator import (
-    batches_of,
-    checked_batches,
-    checkpointed,
-    counted,
-    positioning,
-    saveable,
-)
-from jaxload._src.pipelines.tf_order import check_same_order, constants, structure, unseen_order
-from jaxload._src.pipelines.tf_probe import Probe as _Probe
-from jaxload._src.pipelines.tf_read import read_graph, with_options_of
-from jaxload._src.pipelines.tf_replay import Replay, position_of
-from jaxload._src.pipelines.tf_rewrite import sequential_interleaves
-from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
-from jaxload._src.pipelines.tf_stream import Split, fingerprinted
+from jaxload._src.pipelines.tf.stream import Split, fingerprinted
 from jaxload._src.plan import Plan
 from jaxload._src.protocol import INFINITE
 from jaxload._src.remainder import DROP, rows_read
@@ -47,7 +47,7 @@ class TfDataset:
     By files (``shard="files"``, or ``"auto"`` where it reads files) each group's pipeline reads
     only its own files; by elements it is (the rows of) ``ds.skip(rows).shard(K, k)`` from global row
     ``rows``, which can start at any global row (another topology), or with ``prove`` (and no
-    replay) its split that proves what it reads (:mod:`~jaxload._src.pipelines.tf_stream`).
+    replay) its split that proves what it reads (:mod:`~jaxload._src.pipelines.tf.stream`).
     Its length is tf.data's cardinality where known; it reads no batch by index. Its spec is
     the element spec."""
 
@@ -115,7 +115,7 @@ class TfDataset:
     def from_row(self, start: int) -> Callable[[Any], Batches]:
         """This group's batches from global row ``start`` on (0 unless sharded by elements),
         from a backend position: a checkpointed one (restored), a count (skipped), a replayed
-        one (:mod:`~jaxload._src.pipelines.tf_replay`), or None."""
+        one (:mod:`~jaxload._src.pipelines.tf.replay`), or None."""
         import tensorflow as tf
 
         if self._replay is not None:
@@ -159,7 +159,7 @@ class TfDataset:
         return batches
 
     def _replayed_share(self, ds: Any, graph: DatasetGraph) -> Replay | None:
-        """The replay (tf_replay.py) of the pipeline a pass splits or is, or None."""
+        """The replay (replay.py) of the pipeline a pass splits or is, or None."""
         if self.sharding.mode == ELEMENTS:
             return Replay.of(self._ds, graph)
         if self._plan.global_batch_size != self._global:
@@ -217,7 +217,7 @@ class TfDataset:
         return batches
 
     def _proved(self, start: int, skip: int) -> tuple[Any, int | None]:
-        """Split by elements and proved (:mod:`~jaxload._src.pipelines.tf_stream`): this
+        """Split by elements and proved (:mod:`~jaxload._src.pipelines.tf.stream`): this
         group's ``(batch, fingerprints)`` from global row ``start``, after ``skip`` batches
         (each took one global batch), with the user's options, and how many there are."""
         split = self._stream

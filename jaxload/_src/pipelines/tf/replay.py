@@ -51,15 +51,15 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxload._src import compat
-from jaxload._src.pipelines.tf_files import files_of_group
-from jaxload._src.pipelines.tf_graph import (
+from jaxload._src.pipelines.tf.graph import (
     RANDOM_VALUES,
     DatasetGraph,
     attr,
     functions_of,
     unordered,
 )
-from jaxload._src.pipelines.tf_read import with_options_of
+from jaxload._src.pipelines.tf.read import with_options_of
+from jaxload._src.pipelines.tf.split import files_of_group
 from jaxload._src.validate import is_nonnegative_int
 
 _UNSEEDED = (0, 0)  # TensorFlow's op seeds of a shuffle without a seed

@@ -25,9 +25,9 @@ import re
 from typing import Any
 
 from jaxload._src import compat
-from jaxload._src.pipelines.tf_file_ops import blocking, separate_caches
-from jaxload._src.pipelines.tf_graph import READERS, UNSPLITTABLE, DatasetGraph
-from jaxload._src.pipelines.tf_names import (
+from jaxload._src.pipelines.tf.file_ops import blocking, separate_caches
+from jaxload._src.pipelines.tf.graph import READERS, UNSPLITTABLE, DatasetGraph
+from jaxload._src.pipelines.tf.names import (
     FileNames,
     file_names,
     inserted_shards,
@@ -186,7 +186,7 @@ def _cannot_find(error: Exception) -> str:
 
 def own_caches(graph: Any, plan: Plan, mode: str) -> list[tuple[str, str]]:
     """Gives every ``cache(filename)`` in ``graph`` (changed in place) a file of this process's
-    own (see :func:`~jaxload._src.pipelines.tf_file_ops.separate_caches`), named in the log."""
+    own (see :func:`~jaxload._src.pipelines.tf.file_ops.separate_caches`), named in the log."""
     suffix = (f".{plan.shard_index}-of-{plan.shard_count}" if mode != ELEMENTS else "") + (
         f".process-{plan.process_index}")
     renamed = separate_caches(graph, suffix)

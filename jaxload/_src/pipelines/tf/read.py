@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxload._src import compat
-from jaxload._src.pipelines.tf_graph import DatasetGraph
+from jaxload._src.pipelines.tf.graph import DatasetGraph
 
 
 def read_graph(ds: Any) -> DatasetGraph:

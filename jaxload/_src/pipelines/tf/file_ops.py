@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxload._src.pipelines.tf_graph import READERS, called, dataset_inputs, input_constant
+from jaxload._src.pipelines.tf.graph import READERS, called, dataset_inputs, input_constant
 
 # ops after the file reads that give each loading group its share of the records they would
 # give over all files: element-wise, or whole-stream ops whose result is a multiset of their

@@ -1,6 +1,6 @@
 """What a tf.data pipeline's graph says about it, read before any data: which ops read files,
 where they sit, and whether tf.data can save its iterator compactly. Which ops make the order
-(or the values) differ between processes: :mod:`~jaxload._src.pipelines.tf_order`.
+(or the values) differ between processes: :mod:`~jaxload._src.pipelines.tf.order`.
 
 The graph is the one tf.data serializes (:func:`jaxload._src.compat.tf_graph`): dataset ops,
 with the functions of ``map``/``interleave``/``flat_map`` in its library, each op's seeds as
@@ -55,7 +55,7 @@ SYMBOLIC = frozenset({
     "RepeatDataset", "FlatMapDataset", "InterleaveDataset", "TFRecordDataset",
     "TFRecordDatasetV2", "TextLineDataset", "FilterDataset", "OptionsDataset"})
 # and these in order, once rebuilt as a sequential interleave
-# (:func:`jaxload._src.pipelines.tf_rewrite.sequential_interleaves`): ``interleave(...,
+# (:func:`jaxload._src.pipelines.tf.rewrite.sequential_interleaves`): ``interleave(...,
 # num_parallel_calls=N)``, and the legacy one of ``TFRecordDataset(files, num_parallel_reads=N)``
 PARALLEL_INTERLEAVES = frozenset({"ParallelInterleaveDatasetV4",
                                   "LegacyParallelInterleaveDatasetV2"})
@@ -153,7 +153,7 @@ class DatasetGraph:
     def symbolic(self) -> bool:
         """Whether every dataset op restores exactly from a symbolic checkpoint (those in
         ``SYMBOLIC``, and a parallel interleave that keeps its order, rebuilt as
-        :func:`~jaxload._src.pipelines.tf_rewrite.sequential_interleaves` builds it), unless
+        :func:`~jaxload._src.pipelines.tf.rewrite.sequential_interleaves` builds it), unless
         the pipeline's options set ``experimental_symbolic_checkpoint = False``, or it has a
         stateful op (a random augmentation, a ``py_function``) and its options do not set
         ``experimental_symbolic_checkpoint = True``: TensorFlow would log a warning at every

@@ -4,7 +4,7 @@ hashed before any record is read, in bounded time.
 Each loading group keeps the names ``k, k + K, ...`` of one list, so the groups' files are
 disjoint and make up the whole list only where every process builds the same list in the same
 order. The graph shows most of what could make it differ (an unseeded shuffle, an unordered
-interleave; :mod:`~jaxload._src.pipelines.tf_graph`), but not a generator or a glob whose order
+interleave; :mod:`~jaxload._src.pipelines.tf.graph`), but not a generator or a glob whose order
 differs between machines: each process hashes its list here, and the processes compare the
 hashes in the pass's first round (:mod:`jaxload._src.same_dataset`).
 
@@ -29,7 +29,7 @@ import numpy as np
 import xxhash
 
 from jaxload._src import compat
-from jaxload._src.pipelines.tf_graph import READERS, dataset_inputs
+from jaxload._src.pipelines.tf.graph import READERS, dataset_inputs
 
 LIMIT = 1_000_000  # names counted at most (a longer list is "at least" this long)
 _BATCH = 4096  # names read from tf.data at once, after the first _ONE_BY_ONE
@@ -89,7 +89,7 @@ def names_read(graph: Any) -> str | None:
     split) shows there, whatever the op."""
     import tensorflow as tf
 
-    from jaxload._src.pipelines.tf_file_ops import reading_files
+    from jaxload._src.pipelines.tf.file_ops import reading_files
 
     nodes = {node.name: node for node in graph.node}
     count, total = 0, 0

@@ -2,22 +2,22 @@
 pass's first round (:mod:`jaxload._src.same_dataset`): what the graph cannot show.
 
 The graph shows most of what can give the processes different orders (an unseeded shuffle, an
-unordered interleave; :func:`~jaxload._src.pipelines.tf_order.order_varying`), but not a
+unordered interleave; :func:`~jaxload._src.pipelines.tf.order.order_varying`), but not a
 generator that yields in another order, a ``py_function``, a glob listed in another order, or
 an op jaxload does not know, nor the contents of the arrays it starts from. So, split by files,
-each process hashes the file names it deals out (:mod:`~jaxload._src.pipelines.tf_names`, while
+each process hashes the file names it deals out (:mod:`~jaxload._src.pipelines.tf.names`, while
 counting them); split by elements, the arrays under the pipeline (``from_tensor_slices``,
 ``from_tensors``: ids shuffled in Python or listed per host differ there), where the graph cannot
-show the order (:func:`~jaxload._src.pipelines.tf_order.unseen_order`) the first elements of the
+show the order (:func:`~jaxload._src.pipelines.tf.order.unseen_order`) the first elements of the
 whole pipeline, read once per loader from its start with a second iterator
 (:data:`ELEMENTS_HASHED` at most: benchmarks/order_check.py gives the cost), and always the
-pipeline's structure (:func:`~jaxload._src.pipelines.tf_order.structure`: an
+pipeline's structure (:func:`~jaxload._src.pipelines.tf.order.structure`: an
 interleave's cycle length set from the CPU count shows there). They must be equal on every
 process.
 
 Example:
   >>> import tensorflow as tf
-  >>> from jaxload._src.pipelines.tf_files import Sharding
+  >>> from jaxload._src.pipelines.tf.split import Sharding
   >>> plan = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4)).plan(
   ...     global_batch_size=8, process_index=0)
   >>> ds = tf.data.Dataset.from_tensor_slices(np.arange(100))
@@ -37,7 +37,7 @@ import numpy as np
 import xxhash
 
 from jaxload._src import compat, fingerprints
-from jaxload._src.pipelines.tf_files import ELEMENTS, FILES, Sharding
+from jaxload._src.pipelines.tf.split import ELEMENTS, FILES, Sharding
 from jaxload._src.plan import Plan
 from jaxload._src.same_dataset import Described
 
@@ -53,7 +53,7 @@ class Probe:
                  sources: Any = None, constants: str | None = None):
         self._ds, self._plan, self._sharding, self._batched = ds, plan, sharding, batched
         self._sources = ds if sources is None else sources  # the user's own dataset objects
-        self._constants = constants  # a hash of the graph's constants (tf_order.constants)
+        self._constants = constants  # a hash of the graph's constants (order.constants)
         self._unseen = unseen  # what the graph cannot show of its order (None: unknown)
         self._structure = structure  # the pipeline's ops, compared where split by elements
         self._found: dict[str, Any] | None = None

@@ -8,8 +8,8 @@ from typing import Any
 
 from jaxload._src import agreement, whereabouts
 from jaxload._src.pipelines.base import LocalSpec
-from jaxload._src.pipelines.tf_iterator import counted
-from jaxload._src.pipelines.tf_spec import batch_spec, check_element_spec
+from jaxload._src.pipelines.tf.iterator import counted
+from jaxload._src.pipelines.tf.spec import batch_spec, check_element_spec
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP
 from jaxload._src.state import NOT_ELASTIC, Elastic

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from jaxload._src import compat
-from jaxload._src.pipelines.tf_graph import DatasetGraph
+from jaxload._src.pipelines.tf.graph import DatasetGraph
 from jaxload._src.told import warn_once
 from jaxload._src.trees import HostBatch
 from jaxload._src.validate import is_nonnegative_int
@@ -205,7 +205,7 @@ def saveable(graph: DatasetGraph) -> bool | None:
 
 def positioning(replayed: bool | None, save: bool | None, symbolic: bool) -> str:
     """What a resume of the pipeline does, in words (``loader.explain()``): ``replayed``,
-    whether it is positioned by replay (:mod:`~jaxload._src.pipelines.tf_replay`) over a
+    whether it is positioned by replay (:mod:`~jaxload._src.pipelines.tf.replay`) over a
     shuffle (True) or an unshuffled source (False), or not (None); ``save`` and ``symbolic``,
     how tf.data saves its iterator otherwise."""
     if replayed is not None:

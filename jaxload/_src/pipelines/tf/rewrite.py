@@ -12,7 +12,7 @@ interleave under a symbolic checkpoint costs a few us per element and a constant
 
 Example:
   >>> import tensorflow as tf
-  >>> from jaxload._src.pipelines.tf_graph import DatasetGraph
+  >>> from jaxload._src.pipelines.tf.graph import DatasetGraph
   >>> ds = tf.data.Dataset.range(3).interleave(
   ...     lambda i: tf.data.Dataset.range(10 * i, 10 * i + 2), cycle_length=2,
   ...     num_parallel_calls=tf.data.AUTOTUNE)
@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxload._src import compat
-from jaxload._src.pipelines.tf_graph import PARALLEL_INTERLEAVES, input_constant
+from jaxload._src.pipelines.tf.graph import PARALLEL_INTERLEAVES, input_constant
 
 _INTERLEAVE = "InterleaveDataset"
 _READ_AHEAD = "jaxload_read_ahead"

@@ -8,9 +8,9 @@ from typing import Any
 
 from jaxload._src import compat
 from jaxload._src.adapters.stack import stack_elements
-from jaxload._src.pipelines import grain_described
 from jaxload._src.pipelines.base import Batches, LocalSpec
-from jaxload._src.pipelines.grain_iter import batched_iter, dropped_counted, iterated
+from jaxload._src.pipelines.grain import described
+from jaxload._src.pipelines.grain.iter_dataset import batched_iter, dropped_counted, iterated
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP, rows_read
 from jaxload._src.state import Elastic, LocalBatches, why_not_sliceable
@@ -27,7 +27,7 @@ class GrainMapDataset:
     over several loading groups, each filters its own share ``ds[k::K]`` (see
     :func:`warn_filtered_split`); refused under a padded global batch, whose rows are placed by
     index (:func:`check_not_filtered`). Every process describes it for the cross-process
-    comparison (:mod:`~jaxload._src.pipelines.grain_described`).
+    comparison (:mod:`~jaxload._src.pipelines.grain.described`).
     """
 
     backend: str = "grain"
@@ -44,7 +44,7 @@ class GrainMapDataset:
         self._splits_a_filter = shard and plan.shard_count > 1 and compat.drops_elements(ds)
         if self._splits_a_filter and not self._padded:
             warn_filtered_split(plan, remainder)
-        self._describe = grain_described.map_dataset(
+        self._describe = described.map_dataset(
             ds, plan, shard=shard, reads=not self._padded or rows_read(plan, global_batch_size) > 0)
         rows = plan.local_batch_size
         self._rows = max(rows_read(plan, global_batch_size), 1) if self._padded else rows
@@ -73,7 +73,7 @@ class GrainMapDataset:
             batches = _indexed(by_index)
         else:
             batches = iterated(by_index.to_iter_dataset(self._read_options))
-        return grain_described.with_description(batches, self._describe)
+        return described.with_description(batches, self._describe)
 
     def _group(self, start: int) -> Any:
         """This group's elements of the global order from row ``start`` on."""
@@ -196,12 +196,12 @@ def _filtered(state: dict[str, Any]) -> str | None:
 
 def stable_fingerprint(ds: Any) -> str | None:
     """:func:`fingerprint`, or None where two readings differ (random maps without a seed)."""
-    return grain_described.stable_hash(ds, _ends_and_middle(len(ds)))
+    return described.stable_hash(ds, _ends_and_middle(len(ds)))
 
 
 def fingerprint(ds: Any) -> str | None:
     """A short hash of a MapDataset's first, middle and last elements
-    (:func:`~jaxload._src.pipelines.grain_described.hash_elements`): a different dataset or
+    (:func:`~jaxload._src.pipelines.grain.described.hash_elements`): a different dataset or
     shuffle of the same length almost surely differs.
 
     Example:
@@ -212,7 +212,7 @@ def fingerprint(ds: Any) -> str | None:
       >>> len(fingerprint(ds))
       16
     """
-    return grain_described.hash_elements(ds, _ends_and_middle(len(ds)))
+    return described.hash_elements(ds, _ends_and_middle(len(ds)))
 
 
 def _ends_and_middle(length: int) -> list[int]:

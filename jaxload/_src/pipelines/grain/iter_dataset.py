@@ -16,8 +16,8 @@ from typing import Any
 import jax
 
 from jaxload._src.adapters.stack import stack_elements
-from jaxload._src.pipelines import grain_described
 from jaxload._src.pipelines.base import Batches, LocalSpec
+from jaxload._src.pipelines.grain import described
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP
 from jaxload._src.state import Elastic
@@ -36,7 +36,7 @@ class GrainIterDataset:
     It has no length and cannot read by index; it resumes on the same plan only (Grain's
     iterator state), since it cannot start at a global row. Loading groups whose random maps
     after the user's split have the same seeds are refused (they would draw the same random
-    sequence; :mod:`~jaxload._src.pipelines.grain_described`).
+    sequence; :mod:`~jaxload._src.pipelines.grain.described`).
     """
 
     backend: str = "grain"
@@ -45,7 +45,7 @@ class GrainIterDataset:
 
     def __init__(self, ds: Any, plan: Plan, *, shard: bool, batched: bool, remainder: str):
         self.elastic = Elastic(why_not=NOT_ELASTIC)
-        describe = grain_described.stream(ds, plan) if shard else grain_described.iter_dataset(
+        describe = described.stream(ds, plan) if shard else described.iter_dataset(
             ds, plan)
         if not shard or plan.shard_count == 1:  # the group reads it all: Grain batches it
             batches = iterated(batched_iter(ds, plan.local_batch_size, batched, remainder))
@@ -53,7 +53,7 @@ class GrainIterDataset:
             _warn_split(plan)
             batches = split(ds, plan.shard_index, plan.shard_count,
                             1 if batched else plan.local_batch_size, batched, remainder)
-        self.batches = grain_described.with_description(batches, describe)
+        self.batches = described.with_description(batches, describe)
 
     def spec(self) -> LocalSpec | None:
         return None

@@ -1,9 +1,9 @@
 """Which ops of a tf.data pipeline can give each process another order of the same elements (or
-other values), read from its graph before any data (:class:`~jaxload._src.pipelines.tf_graph.
+other values), read from its graph before any data (:class:`~jaxload._src.pipelines.tf.graph.
 DatasetGraph`): an unseeded shuffle, a shuffle seeded only by ``tf.random.set_seed``, an
 unordered interleave, ``Dataset.load``'s reader over the machine's CPU count. What the graph
 cannot show (a generator, a ``py_function``) is compared at run time instead
-(:mod:`~jaxload._src.pipelines.tf_probe`).
+(:mod:`~jaxload._src.pipelines.tf.probe`).
 
 Example:
   >>> import tensorflow as tf
@@ -23,9 +23,8 @@ import random
 from typing import Any
 
 from jaxload._src import compat
-from jaxload._src.pipelines.tf_file_ops import KEEP
-from jaxload._src.pipelines.tf_files import ELEMENTS, FILES, HINT, Sharding
-from jaxload._src.pipelines.tf_graph import (
+from jaxload._src.pipelines.tf.file_ops import KEEP
+from jaxload._src.pipelines.tf.graph import (
     INTERLEAVES,
     RANDOM_VALUES,
     DatasetGraph,
@@ -35,6 +34,7 @@ from jaxload._src.pipelines.tf_graph import (
     input_constant,
     unordered,
 )
+from jaxload._src.pipelines.tf.split import ELEMENTS, FILES, HINT, Sharding
 from jaxload._src.plan import Plan
 
 # ops whose order is drawn at random unless seeded: (seed, seed2) input positions
@@ -159,7 +159,7 @@ _WHAT = {"ShuffleDatasetV3": "Dataset.shuffle, or Dataset.list_files with its de
 
 
 # dataset ops whose order the graph fixes (given their inputs, seeds and constants): where a
-# pipeline has only these, the run-time check of its order (tf_probe.py) has nothing to add
+# pipeline has only these, the run-time check of its order (probe.py) has nothing to add
 ORDERED = (KEEP - {"CacheDataset", "CacheDatasetV2"}) | frozenset({  # a cache may hold a past run
     "RangeDataset", "TensorDataset", "TensorSliceDataset", "SparseTensorSliceDataset",
     "TFRecordDataset", "TFRecordDatasetV2", "TextLineDataset", "FixedLengthRecordDataset",
