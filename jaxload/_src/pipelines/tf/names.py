@@ -32,8 +32,9 @@ from jaxload._src import compat
 from jaxload._src.pipelines.tf.graph import READERS, dataset_inputs
 
 LIMIT = 1_000_000  # names counted at most (a longer list is "at least" this long)
-_BATCH = 4096  # names read from tf.data at once, after the first _ONE_BY_ONE
-_ONE_BY_ONE = 1024
+_BATCH = 4096  # names read from tf.data at once, after the first _ONE_BY_ONE (one by one:
+# each new op on a dataset rebuilt from a graph costs tf.data about 20 ms to set up; a next() 0.1-0.2 ms)
+_ONE_BY_ONE = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,32 +111,46 @@ def names_read(graph: Any) -> str | None:
 
 
 def _multiset(names: Any) -> tuple[int, int] | None:
-    """``(count, sum of the names' XXH3-64)`` of ``names``; None past :data:`LIMIT`."""
+    """``(count, sum of XXH3-64)`` of ``names``: of each name where the elements are names (a
+    name, or several an interleave reads together: how they are grouped does not matter), of
+    each element where they hold other values too (a name and its label, which go together);
+    None past :data:`LIMIT`."""
     import tensorflow as tf
 
+    specs = tf.nest.flatten(names.element_spec)
+    alone = len(specs) == 1  # names only
     count, total = 0, 0
-    whole = all(spec.shape.is_fully_defined() for spec in tf.nest.flatten(names.element_spec))
+
+    def add(parts: list[np.ndarray]) -> None:  # each leaf of a batch of elements, one row each
+        nonlocal count, total
+        if alone:  # every name on its own
+            items = _text(parts[0].reshape(-1))
+        else:  # an element's values together
+            items = [b"\0".join(v for p in parts for v in _text(p[i])) for i in range(len(parts[0]))]
+        total += sum(map(xxhash.xxh3_64_intdigest, items))
+        count += len(items)
+
+    read = 0
     for value in names:
-        total += xxhash.xxh3_64_intdigest(b"\0".join(_flat(value)))
-        count += 1
-        if whole and count == _ONE_BY_ONE:  # the rest in batches (see _hash_names)
-            for batch in names.skip(count).take(LIMIT + 1 - count).batch(_BATCH):
-                parts = [np.asarray(p).reshape(len(p), -1) for p in tf.nest.flatten(batch)]
-                for row in range(len(parts[0])):
-                    total += xxhash.xxh3_64_intdigest(b"\0".join(
-                        _flat_row([p[row] for p in parts])))
-                count += len(parts[0])
+        add([np.asarray(p).reshape(1, -1) for p in tf.nest.flatten(value)])
+        read += 1
+        if read == _ONE_BY_ONE and all(spec.shape.is_fully_defined() for spec in specs):
+            for batch in names.skip(read).take(LIMIT + 1 - read).batch(_BATCH):
+                add([np.asarray(p).reshape(len(p), -1) for p in tf.nest.flatten(batch)])
+                if count > LIMIT:
+                    break
             break
         if count > LIMIT:
             break
     return None if count > LIMIT else (count, total % 2**64)
 
 
-def _flat_row(parts: list[Any]) -> list[bytes]:
-    """Like :func:`_flat`, for one row of a batch of names."""
-    if len(parts) == 1 and parts[0].dtype == object:
-        return list(parts[0])
-    return [v if type(v) is bytes else str(v).encode() for part in parts for v in part]
+def _text(values: np.ndarray) -> list[bytes]:
+    """``values`` (an array) as bytes, in order: names as they are, other values by their
+    text."""
+    if values.dtype == object:
+        return [v if type(v) is bytes else str(v).encode() for v in values.reshape(-1)]
+    return [str(v).encode() for v in values.reshape(-1).tolist()]
 
 
 def inserted_shards(graph: Any) -> list[str]:
