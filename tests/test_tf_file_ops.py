@@ -128,7 +128,7 @@ NAMES = {  # ops on the file names before they are read, and whether the split k
         lambda i, f: f)), True),
     "batched names": (lambda n: _read(n.batch(2)), True),
     # other pairs of names under the split, but every file read once: no difference
-    "shuffled, then batched": (lambda n: _read(n.shuffle(8, seed=2).batch(3)), True),
+    "shuffled, then batched": (lambda n: _read(n.shuffle(8, seed=2).batch(2)), True),
     "a label each": (lambda n: _read_labelled(tf.data.Dataset.zip(n, tf.data.Dataset.range(8))),
                      True),
     "shuffled, numbered, filtered": (lambda n: _read(n.shuffle(8, seed=3).enumerate().filter(
