@@ -29,6 +29,8 @@ def pipeline(shape: str):
                                          output_signature=tf.TensorSpec((), tf.int64))
     if shape == "same":
         return ids.map(lambda i: {"id": i})
+    if shape == "saved":  # tf.data saves its iterator: a resume restores a checkpoint
+        return tf.data.Dataset.range(N).filter(lambda i: i >= 0).map(lambda i: {"id": i})
     if shape == "differs-from-42":  # process 1 reads other elements from element 42 on
         return tf.data.Dataset.from_generator(
             lambda: iter([i + 1000 * (p == 1 and i >= 42) for i in range(N)]),
@@ -45,16 +47,17 @@ def pipeline(shape: str):
 
 
 def run(shape: str, remainder: str = "pad", steps: int | None = None, state=None,
-        batched: bool = False) -> dict:
+        batched: bool = False, checks: str = "first") -> dict:
     import jaxload
 
     rows = []
     ds = pipeline(shape).batch(2, drop_remainder=True) if batched else pipeline(shape)
     loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=4, batched=batched,
-                                  remainder=remainder, timeout_s=60, on_failure="raise")
-    if state is not None:
-        loader.set_state(state)
+                                  remainder=remainder, timeout_s=60, on_failure="raise",
+                                  checks=checks)
     try:
+        if state is not None:
+            loader.set_state(state)
         for batch in loader:
             rows.append(record(batch))
             if steps is not None and len(rows) == steps:
@@ -71,6 +74,10 @@ def run_all() -> dict:
     out["batched"] = run("differs-from-42", batched=True)  # batches of 2: one a group a step
     first = run("same", steps=5)
     out["resumed"] = [first, run("same", state=first["state"])]
+    first = run("saved", steps=5)
+    out["resumed from a checkpoint"] = [first, run("saved", state=first["state"])]
+    unproved = run("saved", steps=2, checks="never")
+    out["resumed from a checkpoint without the proof"] = run("saved", state=unproved["state"])
     return out
 
 
@@ -136,6 +143,24 @@ def test_drop_delivers_every_full_step(seen):
     results = [seen[p]["drop"] for p in range(2)]
     assert all("error" not in r for r in results), results
     assert ids(results) == Counter(range(N))
+
+
+@pytest.mark.cluster
+def test_a_pass_resumed_from_an_iterator_checkpoint_continues_exactly(seen):
+    first = [seen[p]["resumed from a checkpoint"][0] for p in range(2)]
+    rest = [seen[p]["resumed from a checkpoint"][1] for p in range(2)]
+    assert all("error" not in r for r in first + rest), (first, rest)
+    assert ids(first) + ids(rest) == Counter(range(N))
+
+
+@pytest.mark.cluster
+def test_a_checkpoint_taken_without_the_proof_is_refused_naming_checks(seen):
+    # its pipeline is a plain shard, whose iterator checkpoint does not fit the proving split
+    for p in range(2):
+        r = seen[p]["resumed from a checkpoint without the proof"]
+        assert r["steps"] == [] and r["error"].startswith("ValueError: the state's tf.data "
+                                                          "iterator checkpoint was taken where"), r
+        assert "Pass the checks= the state was taken with" in r["error"]
 
 
 @pytest.mark.cluster

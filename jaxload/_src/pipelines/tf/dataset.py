@@ -101,7 +101,7 @@ class TfDataset:
             _, consumed, seeds = position_of(resume["position"])
             self._replay.passes.check(seeds)
         else:
-            consumed = checked_batches(resume["position"])
+            consumed = checked_batches(resume["position"], proved=self._stream is not None)
         expected = resume["step"] - resume.get("origin_step", 0)
         if batch_a_step and consumed != expected or consumed < expected:
             raise ValueError(f"the state's position has {consumed} batches handed out, but its "

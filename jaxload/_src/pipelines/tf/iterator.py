@@ -161,10 +161,12 @@ def batches_of(position: Any) -> int:
     return int(position or 0)
 
 
-def checked_batches(position: Any) -> int:
+def checked_batches(position: Any, proved: bool = False) -> int:
     """The batches handed out at a position of a pipeline positioned by iterator checkpoints
     or counts (None, ``n``, or ``{"batches": n, "saved": None or {"batches": m <= n, "state":
-    base64}}``); a ValueError naming what is wrong where it is not one.
+    base64}}``, with ``"proved": True`` from a split that proves its stream); a ValueError
+    naming what is wrong where it is not one, or where its checkpoint is of the other split
+    than this pipeline's (``proved``: this pipeline's split proves its stream).
 
     Example:
       >>> checked_batches({"batches": 3, "saved": {"batches": 2, "state": ""}})
@@ -176,7 +178,7 @@ def checked_batches(position: Any) -> int:
     """
     if position is None or is_nonnegative_int(position):  # a count of batches
         return int(position or 0)
-    if not isinstance(position, dict) or set(position) != {"batches", "saved"}:
+    if not isinstance(position, dict) or set(position) - {"proved"} != {"batches", "saved"}:
         raise ValueError("the state's tf.data position is not one this pipeline's iterator "
                          "takes (a count of batches, or an iterator checkpoint): "
                          f"{position!r:.160} (a state of another pipeline?)")
@@ -186,6 +188,14 @@ def checked_batches(position: Any) -> int:
             and saved["batches"] <= consumed)):
         raise ValueError("the state's tf.data position must be {'batches': n, 'saved': None or "
                          f"{{'batches': m <= n, 'state': str}}}}, got {position!r:.160}")
+    if saved is not None and bool(position.get("proved")) != proved:
+        taken, this = ("", "not ") if position.get("proved") else ("not ", "")
+        raise ValueError(
+            f"the state's tf.data iterator checkpoint was taken where the split by elements did "
+            f"{taken}prove what every process read, and this loader's split does {this}prove it "
+            "(checks='never' turns the proof off, as do a batch-size schedule and a padded "
+            "global batch): its pipeline is another one, whose checkpoint does not fit. Pass "
+            "the checks= the state was taken with")
     return consumed
 
 

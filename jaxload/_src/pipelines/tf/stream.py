@@ -142,8 +142,11 @@ def fingerprinted(batches: Iterator[tuple[Any, Any]]
                   ) -> Iterator[tuple[HostBatch, Any, tuple[str, bytes]]]:
     """``(batch, position, (digest, fingerprints))`` from a pass's ``((batch, carried),
     position)``: the global batch's fingerprint as 16 hex digits, and those of the elements of
-    the batch's rows' blocks, in order (8 bytes each)."""
+    the batch's rows' blocks, in order (8 bytes each). An iterator checkpoint's position says
+    ``"proved": True``: it fits this split's pipeline, not a plain ``shard``'s."""
     for (batch, carried), position in batches:
         carried = carried.reshape(-1, *carried.shape[-2:])  # one row: a batch already
+        if isinstance(position, dict):
+            position = {**position, "proved": True}
         yield batch, position, (carried[0, 0].tobytes().hex(),
                                 np.ascontiguousarray(carried[:, 1:]).tobytes())
