@@ -19,7 +19,7 @@ from jaxload._src.adapters.stack import stack_elements
 from jaxload._src.pipelines.base import Batches, LocalSpec
 from jaxload._src.pipelines.grain import described
 from jaxload._src.plan import Plan
-from jaxload._src.remainder import DROP
+from jaxload._src.remainder import DROP, PAD
 from jaxload._src.state import Elastic
 from jaxload._src.told import warn_once
 from jaxload._src.trees import HostBatch
@@ -71,15 +71,15 @@ def dropped_counted(ds: Any, rows: int, group: int) -> Callable[[Any], Batches]:
     batches of ``rows``; when a pass ends as the processes agreed, its kept rows that were not
     delivered (those read ahead, the rest of the share, a last partial batch) are counted, which
     reads the rest of the share, and named in a warning."""
-    batches = iterated(ds.batch(rows, drop_remainder=False, batch_fn=stack_elements))
+    batches = iterated(batched_iter(ds, rows, False, PAD))  # the partial batch too
 
     def local(position: Any) -> Batches:
         source, counts = batches(position), {"delivered": 0, "left": 0}
 
         def full() -> Iterator[tuple[HostBatch, Any]]:
             for batch, state in source:
-                if _rows(batch) < rows:  # the last, partial: dropped
-                    counts["left"] += _rows(batch)
+                if (n := _rows(batch)) < rows:  # the last, partial: dropped
+                    counts["left"] += n
                     return
                 counts["delivered"] += rows
                 yield batch, state

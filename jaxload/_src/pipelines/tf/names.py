@@ -208,10 +208,7 @@ def _flat(value: Any) -> list[bytes]:
     their text), as bytes in order."""
     import tensorflow as tf
 
-    parts = [np.asarray(part.numpy()).reshape(-1) for part in tf.nest.flatten(value)]
-    if len(parts) == 1 and parts[0].dtype == object:  # names alone: as they are
-        return list(parts[0])
-    return [v if type(v) is bytes else str(v).encode() for part in parts for v in part]
+    return [v for part in tf.nest.flatten(value) for v in _text(np.asarray(part.numpy()))]
 
 
 def retval(graph: Any) -> Any:
