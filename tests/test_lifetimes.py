@@ -207,3 +207,59 @@ def test_a_failure_that_cannot_be_reported_raises_the_processes_own_error():
         failures, num_processes=2, local_devices=2, args=("unreported",), timeout_s=120)[::-1]
     assert own.startswith("RuntimeError: injected unreported failure")
     assert seen.startswith("PeerTimeoutError: process 0 waited for the other processes")
+
+
+def closed_before_its_first_next(how: str):
+    """A pass whose iterator closes before its first ``next()`` on one process: process 1 closes
+    it unasked (``"closed"``), or process 1 fails while checking the first step and process 0
+    asks for a batch only once its watchdog has been told (``"told"``)."""
+    import grain
+    import jax
+    import numpy as np
+
+    import jaxload
+    from jaxload._src import check, watchdog
+
+    p, saved = jax.process_index(), check.shard_records
+    ds = grain.MapDataset.range(8 * 10).map(lambda i: {"x": np.float32(i)})
+    loader = jaxload.from_grain(ds, jaxload.data_parallel(), global_batch_size=8, timeout_s=30,
+                                on_failure="raise", checks=1 if how == "told" else "never")
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("injected checking failure")
+
+    def consume():
+        batches = iter(loader)
+        if how == "closed" and p == 1:
+            batches.close()
+            return "closed"
+        if how == "told" and p == 0:
+            prefix, deadline = batches._context.exchange.prefix, time.monotonic() + 30
+            while watchdog.this_process().interruption(prefix) is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return sum(1 for _ in batches)
+
+    if how == "told" and p == 1:
+        check.shard_records = failing
+    try:
+        seen = outcome(consume)
+    finally:
+        check.shard_records = saved
+    return seen, _left_in_store(how)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("how", ["closed", "told"])
+def test_a_pass_closed_before_its_first_next_is_ended_for_every_process(clusters, how):
+    """Its pipeline never began on that process; it still leaves the pass, so that the others
+    end it (not wait for it until timeout_s) and its keys go."""
+    ((seen, elapsed), left_0), ((own, _), left_1) = clusters.run(
+        closed_before_its_first_next, num_processes=2, local_devices=2, args=(how,),
+        timeout_s=120)
+    assert left_0 == left_1 == []
+    assert elapsed < 20, seen  # ended by the other process's report, not by timeout_s=30
+    if how == "closed":
+        assert (seen, own) == (0, "closed")  # as a stop after any step: the pass ends for all
+    else:
+        assert seen.startswith("PeerFailedError: process 1 failed while checking step 0"), seen
+        assert own == "RuntimeError: injected checking failure"

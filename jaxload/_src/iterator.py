@@ -11,6 +11,7 @@ report the position), so that it needs no :class:`~jaxload.Loader` of its own.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
@@ -70,16 +71,16 @@ class LoaderIterator:
         config, dog = context.config, context.watchdog
         dog.start()  # here, not in __del__: a finalizer must not start threads
         dog.opened(context.exchange.prefix, config.on_failure, float(config.exit_grace_s))
-        run = Pass(context, source, loop.layout if loop.reshard is None else None)
+        self._begun = _Begun(Pass(context, source, loop.layout if loop.reshard is None else None))
         stats, prefix = context.stats, context.exchange.prefix
 
         def count_ready(n: int) -> None:
             stats.ready_sum += n
 
         self._items: Prefetched[Handout] | Generator[Handout, None, None] = (
-            prefetched(run.__iter__, config.prefetch, on_request=count_ready,
+            prefetched(self._begun.handouts, config.prefetch, on_request=count_ready,
                        interrupt=lambda: dog.interruption(prefix))
-            if config.prefetch else iter(run))
+            if config.prefetch else self._begun.handouts())
         self._closed = False
         self._last = time.perf_counter()
         closer.start()  # here, not in __del__: a finalizer must not start threads
@@ -212,6 +213,7 @@ class LoaderIterator:
             return
         self._ended()
         self._items.close()
+        self._begun.close()
 
     def _ended(self) -> None:
         self._closed = True
@@ -229,3 +231,27 @@ class LoaderIterator:
         if not getattr(self, "_closed", True):
             self._ended()
             closer.close_later(self._items)
+            closer.close_later(self._begun)
+
+
+class _Begun:
+    """A pass begun once: by its first step, or at its close if that comes first (an iterator
+    closed before its first ``next()``, or told of a peer's failure there). Then the pass is
+    stopped at the close all the same, so that the others end it and its keys go."""
+
+    def __init__(self, run: Pass) -> None:
+        self._run, self._lock, self._taken = run, threading.Lock(), False
+
+    def _take(self) -> bool:
+        with self._lock:
+            taken, self._taken = self._taken, True
+        return not taken
+
+    def handouts(self) -> Generator[Handout, None, None]:
+        if self._take():
+            yield from self._run
+
+    def close(self) -> None:
+        """After the handouts' own close: stops the pass if it never began."""
+        if self._take():
+            self._run.stop()

@@ -98,7 +98,7 @@ class Pass:
                 try:
                     yield handout
                 except GeneratorExit:
-                    self._stopped()
+                    self.stop()
                     raise
                 if between:
                     self._read_between(decision.count - i - 1, window, decision.count)
@@ -283,8 +283,8 @@ class Pass:
         except Exception:  # noqa: BLE001 - the process's own exception is what it raises
             pass
 
-    def _stopped(self) -> None:
-        """The consumer stopped in the middle of the pass (``close()``)."""
+    def stop(self) -> None:
+        """The consumer stopped in the middle of the pass (``close()``), or before it began."""
         if self._ended:  # no round follows: nobody waits for this process
             self._exchange.leave()
             return
