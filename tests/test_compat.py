@@ -16,7 +16,7 @@ def test_every_private_read_is_listed_and_has_a_test():
                       "data_loader_sampler", "grain_split_and_seeds", "grain_below_maps",
                       "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
                       "tf_replay", "tf_is_tensor_slices", "tf_skips_in_place", "tf_source_tensors",
-                      "tf_repeat",
+                      "tf_repeat", "tf_stateless",
                       "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed"}
 
 
@@ -149,6 +149,30 @@ def test_tensorflow_private_entry_points_exist_and_work(tmp_path):
         lambda x: tf.data.Dataset.range(x + captured), cycle_length=2,
         num_parallel_calls=2)).node if n.op == "ParallelInterleaveDatasetV4")
     assert compat.tf_input_index(node, "prefetch_input_elements") == 5
+
+
+def test_a_maps_stateful_ops_are_found_in_its_function_and_the_functions_it_calls():
+    # shuffle.py moves a map from under a resumed shuffle to over it only where it draws nothing
+    tf = pytest.importorskip("tensorflow")
+    ds = tf.data.Dataset.range(4)
+
+    def decode(x):
+        image = tf.io.decode_jpeg(tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)))
+        image = tf.image.convert_image_dtype(tf.image.resize(image, [4, 4]), tf.float32)
+        return tf.cast(x, tf.float32) + tf.reduce_sum(image)
+
+    def flipped(x):
+        return tf.cond(x > 1, lambda: tf.image.random_flip_left_right(tf.zeros([2, 2, 3])),
+                       lambda: tf.zeros([2, 2, 3]))
+
+    assert compat.tf_stateless(ds.map(decode, num_parallel_calls=2))
+    assert compat.tf_stateless(ds.map(lambda x: x + tf.random.stateless_uniform(
+        [], seed=[1, x], maxval=2, dtype=tf.int64)))
+    assert compat.tf_stateless(ds.prefetch(2))
+    assert not compat.tf_stateless(ds.map(lambda x: x + tf.random.uniform(
+        [], maxval=2, dtype=tf.int64)))
+    assert not compat.tf_stateless(ds.map(flipped))  # in a branch of a cond
+    assert not compat.tf_stateless(ds.map(lambda x: tf.py_function(lambda v: v, [x], tf.int64)))
 
 
 def test_a_shuffle_and_the_ops_over_it_are_rebuilt_as_they_were():

@@ -15,6 +15,7 @@ import pytest
 import jaxload
 from jaxload._src.pipelines.tf import read as tf_read
 from jaxload._src.pipelines.tf import replay as tf_replay
+from jaxload._src.pipelines.tf import shuffle as tf_shuffle
 from jaxload._src.pipelines.tf.dataset import TfDataset
 from placement import record
 
@@ -356,7 +357,8 @@ def parse_id(serialized):
     return tf.io.parse_single_example(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})
 
 
-def test_split_by_files_each_group_replays_a_shuffle_of_its_own_files(tmp_path):
+@pytest.mark.parametrize("parsed", ["over", "under"])
+def test_split_by_files_each_group_replays_a_shuffle_of_its_own_files(tmp_path, parsed):
     from test_tf_files import write_files
 
     from jaxload._src.pipelines.tf.split import files_of_group
@@ -364,14 +366,18 @@ def test_split_by_files_each_group_replays_a_shuffle_of_its_own_files(tmp_path):
     sizes = [37, 50, 13, 60, 20, 31, 44, 5]
     pattern = write_files(tmp_path, sizes)
 
-    def records():  # the file records shuffled, parsed over the shuffle
-        return tf.data.Dataset.list_files(pattern, shuffle=False).interleave(
-            tf.data.TFRecordDataset, cycle_length=2).shuffle(32, seed=3).map(parse_id)
+    def records():  # the file records shuffled, parsed over the shuffle or under it
+        ds = tf.data.Dataset.list_files(pattern, shuffle=False).interleave(
+            tf.data.TFRecordDataset, cycle_length=2)
+        if parsed == "over":
+            return ds.shuffle(32, seed=3).map(parse_id)
+        return ds.map(parse_id, num_parallel_calls=2).shuffle(32, seed=3)  # a resume: over
 
     delivered = []
     for k in range(4):
         group = share(records(), plan(4, k))
         assert group.sharding.mode == "files" and group._replay is not None
+        assert len(group._replay.passes.below) == (parsed == "under")
         passes = [list(group.batches(None)) for _ in range(2)]
         own = [e["id"] for e in files_of_group(records(), 4, k).as_numpy_iterator()]
         assert sum(ids(passes[0]), []) == own[:len(sum(ids(passes[0]), []))]  # TF's own split
@@ -382,6 +388,37 @@ def test_split_by_files_each_group_replays_a_shuffle_of_its_own_files(tmp_path):
             assert ids(again.batches(passes[number][stop - 1][1])) == ids(passes[number])[stop:]
         delivered += sum(ids(passes[0]), [])
     assert len(delivered) == len(set(delivered))
+
+
+@pytest.mark.parametrize("processes", [1, 4])
+def test_a_resume_reads_and_decodes_only_what_comes_after_its_position(tmp_path, processes):
+    """A shuffle over a map that reads and decodes its element (stateless): a resume shuffles
+    the names and maps after, so it opens only the files after its position. Those before it
+    are deleted here: a resume that read them again would fail."""
+    n, per_step = 96, 16
+    paths = [str(tmp_path / f"{i:03d}.txt") for i in range(n)]
+    for i, path in enumerate(paths):
+        with open(path, "w") as f:
+            f.write(str(i))
+
+    def pipeline():
+        return tf.data.Dataset.from_tensor_slices(paths).map(
+            lambda path: {"id": tf.strings.to_number(tf.io.read_file(path), tf.int64)},
+            num_parallel_calls=2).shuffle(32, seed=5).map(lambda e: {"id": e["id"] + 0})
+
+    own = [int(e["id"]) for e in pipeline()]
+    p = plan(processes, processes - 1)
+    group = share(pipeline(), p)
+    assert group._replay is not None and len(group._replay.passes.below) == 1
+    batches = list(group.batches(None))
+    rows = [own[s * per_step:(s + 1) * per_step][p.shard_index::p.shard_count]
+            for s in range(n // per_step)]
+    assert ids(batches) == rows
+    stop = len(batches) * 3 // 4
+    for i in own[:stop * per_step]:  # every row handed out before the position, all groups'
+        (tmp_path / f"{i:03d}.txt").unlink()
+    again = share(pipeline(), p)
+    assert ids(again.batches(json.loads(json.dumps(batches[stop - 1][1])))) == rows[stop:]
 
 
 def test_the_passes_from_one_point_share_one_rebuilt_pipeline(monkeypatch):
@@ -433,7 +470,7 @@ def test_the_count_of_passes_does_not_keep_a_dataset_alive(shuffled):
     gone = weakref.ref(ds)
     del ds, source, group
     gc.collect()
-    assert gone() is None and all(key is not gone for key in tf_replay._PASSES.keys())
+    assert gone() is None and all(key is not gone for key in tf_shuffle.PASSES.keys())
 
 
 @pytest.mark.parametrize("count", [3, None])

@@ -37,6 +37,7 @@ from jaxload._src.compat.tf import (
     tf_shuffled,
     tf_skips_in_place,
     tf_source_tensors,
+    tf_stateless,
 )
 from jaxload._src.compat.tf_logs import tf_log_level, tf_logs_at_fixed_level
 
@@ -75,6 +76,7 @@ PRIVATE = (
                           "tensorflow.python.ops.gen_dataset_ops.serialize_iterator, "
                           "deserialize_iterator"),
     ("tf_input_index", "tensorflow.python.framework.op_def_registry.get"),
+    ("tf_stateless", "_MapDataset._map_func.function.graph, op_def_registry.get"),
     ("tf_op_attrs", "tensorflow.python.framework.op_def_registry.get"),
     ("tf_global_seed", "tensorflow.python.eager.context.global_seed"),
     ("tf_log_level", "absl::MinLogLevel, absl::SetMinLogLevel in libtensorflow_framework; "
@@ -89,5 +91,5 @@ __all__ = [
     "tf_input_index", "tf_is_tensor_slices", "tf_log_level", "tf_logs_at_fixed_level",
     "tf_map_carrying", "tf_one_to_one", "tf_op_attrs", "tf_repeat", "tf_restore_iterator",
     "tf_save_iterator", "tf_shuffle", "tf_shuffled", "tf_skips_in_place", "tf_source_tensors",
-    "thread_mesh", "PRIVATE",
+    "tf_stateless", "thread_mesh", "PRIVATE",
 ]

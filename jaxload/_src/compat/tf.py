@@ -155,6 +155,24 @@ def tf_one_to_one(ds: Any) -> tuple[Any, Callable[[Any], Any]] | None:
     return ds._input_dataset, again
 
 
+def tf_stateless(ds: Any) -> bool:
+    """Whether a dataset of :func:`tf_one_to_one` holds no stateful op (TensorFlow's
+    ``OpDef.is_stateful``: a random op that is not stateless, a ``py_function``, a variable)
+    in its function, the functions it calls included; an ``Assert`` is allowed. True for a
+    ``prefetch`` or ``with_options``."""
+    from tensorflow.python.framework import op_def_registry
+
+    if type(ds).__name__ not in ("_MapDataset", "_ParallelMapDataset"):
+        return True
+    graph = ds._map_func.function.graph.as_graph_def()
+    called = {function.signature.name for function in graph.library.function}
+    for node in [*graph.node, *(n for f in graph.library.function for n in f.node_def)]:
+        op = op_def_registry.get(node.op)
+        if node.op not in called and node.op != "Assert" and (op is None or op.is_stateful):
+            return False
+    return True
+
+
 def tf_map_carrying(ds: Any) -> tuple[Any, Callable[[Any], Any]] | None:
     """For a ``map`` (with or without ``num_parallel_calls``) whose input and output are dense
     tensors: its input, and a function that maps another dataset of ``(element, extra)`` pairs,

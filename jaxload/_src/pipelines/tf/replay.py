@@ -18,7 +18,9 @@ as after any resume of tf.data: its checkpoints do not hold random ops' state ei
 
 jaxload rebuilds the shuffle (the same buffer size and seeds, a seed generator of its own) and
 the ops above it (their traced functions unchanged), so its pass ``n`` has the order of the
-``n``-th iteration of the user's pipeline. Passes are counted per user shuffle, as TensorFlow
+``n``-th iteration of the user's pipeline. The ``map``\\ s under the shuffle that draw nothing
+(a decode, a parse) are moved over it (:mod:`~jaxload._src.pipelines.tf.shuffle`): the elements
+skipped are then read, not decoded. Passes are counted per user shuffle, as TensorFlow
 counts iterators per dataset: a loader built per epoch over the same ``ds`` reshuffles as a kept
 one does. An unseeded shuffle gets seeds drawn once per process, recorded in the position.
 
@@ -44,9 +46,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import random
-import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -59,67 +58,13 @@ from jaxload._src.pipelines.tf.graph import (
     unordered,
 )
 from jaxload._src.pipelines.tf.read import with_options_of
-from jaxload._src.pipelines.tf.split import files_of_group
+from jaxload._src.pipelines.tf.shuffle import PASSES, PASSES_LOCK, Passes
 from jaxload._src.validate import is_nonnegative_int
 
-_UNSEEDED = (0, 0)  # TensorFlow's op seeds of a shuffle without a seed
-# per user shuffle, per split of its input ((K, k) by files, None whole): its passes
-_PASSES: weakref.WeakKeyDictionary[Any, dict[tuple[int, int] | None, Passes]] = (
-    weakref.WeakKeyDictionary())
-_PASSES_LOCK = threading.Lock()
 # dataset ops of an input that can give another order on another pass (or process): a shuffle
 # below the one replayed, Dataset.random, and the ops that hand out elements as they are ready
 _REORDERING = ("Shuffle", "RandomDataset")
 _VALUES_ONLY = frozenset({"MapDataset", "ParallelMapDataset", "ParallelMapDatasetV2"})
-
-
-class Passes:
-    """The passes started over one user's shuffle: its rebuilt twin, and how many iterators
-    were made of it (each draws the seeds of another pass where the shuffle reshuffles)."""
-
-    def __init__(self, args: tuple[Any, ...]):
-        self.source, self._size, seed, seed2, self.reshuffles = args
-        self.seeds = (seed, seed2)
-        self.shuffles = self._size is not None  # else the passes are of an unshuffled source
-        self.drawn = self.shuffles and self.seeds == _UNSEEDED  # this process's own draw
-        if self.drawn:
-            draw = random.SystemRandom()
-            self.seeds = (draw.randrange(1, 2**31), draw.randrange(1, 2**31))
-        self._lock = threading.Lock()
-        self._shuffled: Any = None
-        self._started = 0
-
-    def check(self, seeds: tuple[int, int] | None) -> None:
-        """A ValueError where a position's ``seeds`` cannot be this shuffle's."""
-        if seeds is not None and seeds != self.seeds and not self.drawn:
-            raise ValueError(
-                f"the state's position has the shuffle seeds {list(seeds)}, this pipeline's "
-                f"shuffle has {list(self.seeds)}: a state continues only the pipeline it was "
-                "taken with")
-
-    def start(self, number: int | None, seeds: tuple[int, int] | None, ahead: int = 0,
-              per_pass: int = 1) -> tuple[int, Any]:
-        """The rebuilt shuffle positioned for the pass that starts at its iterator ``number``
-        (None: the next one) with ``seeds`` (None: its own), ``ahead`` of its iterators
-        already made (the repetitions of a ``repeat`` over it done), counted as started: the
-        caller makes one iterator of a pipeline over it, which makes ``per_pass`` of the
-        shuffle's (1, or a repeat's count). Raises a ValueError where ``seeds`` are not the
-        shuffle's own."""
-        with self._lock:
-            self.check(seeds)
-            if seeds is not None and seeds != self.seeds:  # drawn by the process that saved
-                self.seeds, self._shuffled = seeds, None
-            if number is None:
-                number = self._started
-            if not self.shuffles:
-                self._shuffled = self.source
-            elif self._shuffled is None or ahead or per_pass != 1 or number != self._started:
-                self._shuffled = compat.tf_shuffled(self.source, self._size, self.seeds,
-                                                    self.reshuffles)  # a pass may end early
-                for _ in range(number + ahead if self.reshuffles else 0):
-                    iter(self._shuffled)  # draws a pass's seeds; reads nothing
-            self._started = number + per_pass
-            return number, self._shuffled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,14 +119,16 @@ class Replay:
         source, *rest = found
         if found[1] is None:  # unshuffled: every pass is the same (nothing to count)
             return None if repeat else cls(tuple(reversed(above)), Passes((source, *rest)), ds)
-        with _PASSES_LOCK:  # counted per user shuffle (its input, not itself, held)
-            own = _PASSES.setdefault(node, {})
+        with PASSES_LOCK:  # counted per user shuffle (its input, not itself, held)
+            own = PASSES.setdefault(node, {})
             if split not in own:
-                own[split] = Passes((files_of_group(source, *split) if split else source, *rest))
-        length = int(own[split].source.cardinality())  # a repetition's, of this group's share
-        if repeat is not None and length < 0:
+                own[split] = Passes((source, *rest), split)
+        if repeat is None:
+            return cls(tuple(reversed(above)), own[split], ds)
+        length = int(own[split].input(False).cardinality())  # a repetition's, this group's
+        if length < 0:
             return None
-        repeated = None if repeat is None else (len(above) - repeat[0], repeat[1], length)
+        repeated = (len(above) - repeat[0], repeat[1], length)
         return cls(tuple(reversed(above)), own[split], ds, repeated)
 
     def carried(self, position: Any) -> dict[str, Any] | None:
@@ -201,7 +148,7 @@ class Replay:
         """:meth:`Passes.start` for the pass starting at the shuffle's iterator ``number``,
         from element ``skip`` of it (past the repetitions of a ``repeat`` over the shuffle)."""
         if self.repeat is None:
-            return self.passes.start(number, seeds)
+            return self.passes.start(number, seeds, peel=self.peels)
         _, count, length = self.repeat
         done = min(skip // length, count) if count >= 0 else skip // length
         return self.passes.start(number, seeds, ahead=done, per_pass=max(count, 1))
@@ -213,6 +160,7 @@ class Replay:
         after the shuffle, so that the ops over it run for that share only (they give one
         element per element, in order: the same elements as a split over the whole)."""
         under = self.repeat[0] if self.repeat is not None else 0
+        below = self.passes.below if self.peels else ()  # over the shuffle of their input
         if self.repeat is None:
             ds = shuffled.skip(skip) if skip else shuffled
         else:  # this repetition from its element, then the others (each another iterator)
@@ -225,8 +173,16 @@ class Replay:
             if count >= 0 and done >= count:
                 ds = ds.take(0)
         ds = split(ds) if split is not None else ds
-        ds = self._applied(ds, self.above[under:])
+        ds = self._applied(ds, below + self.above[under:])
         return with_options_of(self.user, ds) if self.user is not None else ds
+
+    @property
+    def peels(self) -> bool:
+        """Whether a pass shuffles the input under the shuffle's stateless maps and maps over
+        the shuffle (:mod:`~jaxload._src.pipelines.tf.shuffle`): the same elements in the same
+        order, each decoded only where it is handed out (a group's share, after a resume's
+        position)."""
+        return bool(self.passes.below) and self.repeat is None
 
     @staticmethod
     def _applied(ds: Any, ops: tuple[Callable[[Any], Any], ...]) -> Any:  # in their order

@@ -1,0 +1,114 @@
+"""The passes of one user's ``shuffle``, rebuilt with the same seeds: :class:`Passes`.
+
+A seeded shuffle's order depends only on its seeds, its buffer size and how many elements its
+input gives, not on what they are. So ``input.map(decode).shuffle(B, seed)`` hands out, pass by
+pass, the elements of ``input.shuffle(B, seed).map(decode)``: the same decoded elements in the
+same order, where ``decode`` holds no stateful op (:func:`peeled`). A pass therefore shuffles
+the input under such maps and maps over the shuffle: the buffer holds records, not decoded
+elements; a resume at element ``p`` reads the ``p`` records before it without decoding them (a
+resume at 90% of an epoch of JPEGs skips 90% of an epoch's decodes); a split by elements
+decodes its own share only; and the first element comes once the buffer holds ``B`` records,
+not ``B`` decoded elements.
+
+Example:
+  >>> import tensorflow as tf
+  >>> ds = tf.data.Dataset.range(6).map(lambda x: 10 * x).shuffle(6, seed=1)
+  >>> base, below = peeled(compat.tf_shuffle(ds)[0])
+  >>> (base.element_spec, len(below))           # the range under the map, and the map
+  (TensorSpec(shape=(), dtype=tf.int64, name=None), 1)
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from jaxload._src import compat
+from jaxload._src.pipelines.tf.split import files_of_group
+
+UNSEEDED = (0, 0)  # TensorFlow's op seeds of a shuffle without a seed
+# per user shuffle, per split of its input ((K, k) by files, None whole): its passes
+PASSES: weakref.WeakKeyDictionary[Any, dict[tuple[int, int] | None, Passes]] = (
+    weakref.WeakKeyDictionary())
+PASSES_LOCK = threading.Lock()
+
+
+def peeled(ds: Any) -> tuple[Any, tuple[Callable[[Any], Any], ...]]:
+    """``ds`` under its trailing one-to-one ops whose functions hold no stateful op (a
+    ``map`` that decodes, parses, resizes; a ``prefetch``), and those ops, each as a function
+    applying it to another input, in the order they apply. A map with a stateful op (a random
+    op that is not stateless, a ``py_function``) stays: moved, it would draw other values."""
+    below = []
+    while (step := compat.tf_one_to_one(ds)) is not None and compat.tf_stateless(ds):
+        ds, again = step
+        below.append(again)
+    return ds, tuple(reversed(below))
+
+
+class Passes:
+    """The passes started over one user's shuffle: its rebuilt twin, and how many iterators
+    were made of it (each draws the seeds of another pass where the shuffle reshuffles).
+    ``split``: ``(K, k)`` where the shuffle's input is split by files (each group's twin
+    shuffles the records of its own files)."""
+
+    def __init__(self, args: tuple[Any, ...], split: tuple[int, int] | None = None):
+        self._whole, self._size, seed, seed2, self.reshuffles = args
+        self.seeds = (seed, seed2)
+        self.shuffles = self._size is not None  # else the passes are of an unshuffled source
+        self.drawn = self.shuffles and self.seeds == UNSEEDED  # this process's own draw
+        if self.drawn:
+            draw = random.SystemRandom()
+            self.seeds = (draw.randrange(1, 2**31), draw.randrange(1, 2**31))
+        self._base, self.below = peeled(self._whole) if self.shuffles else (self._whole, ())
+        self._split = split
+        self._built_inputs: dict[bool, Any] = {}  # peeled? -> the input the twin shuffles
+        self._lock = threading.Lock()
+        self._twins: dict[bool, tuple[Any, int]] = {}  # peeled? -> twin, iterators made of it
+        self._started = 0
+
+    def check(self, seeds: tuple[int, int] | None) -> None:
+        """A ValueError where a position's ``seeds`` cannot be this shuffle's."""
+        if seeds is not None and seeds != self.seeds and not self.drawn:
+            raise ValueError(
+                f"the state's position has the shuffle seeds {list(seeds)}, this pipeline's "
+                f"shuffle has {list(self.seeds)}: a state continues only the pipeline it was "
+                "taken with")
+
+    def start(self, number: int | None, seeds: tuple[int, int] | None, ahead: int = 0,
+              per_pass: int = 1, peel: bool = False) -> tuple[int, Any]:
+        """The rebuilt shuffle positioned for the pass that starts at its iterator ``number``
+        (None: the next one) with ``seeds`` (None: its own), ``ahead`` of its iterators
+        already made (the repetitions of a ``repeat`` over it done), counted as started: the
+        caller makes one iterator of a pipeline over it, which makes ``per_pass`` of the
+        shuffle's (1, or a repeat's count). ``peel``: the twin shuffles the input under
+        :attr:`below` (the caller applies them over it). Raises a ValueError where ``seeds``
+        are not the shuffle's own."""
+        with self._lock:
+            self.check(seeds)
+            if seeds is not None and seeds != self.seeds:  # drawn by the process that saved
+                self.seeds = seeds
+                self._twins.clear()
+            if number is None:
+                number = self._started
+            self._started = number + per_pass
+            if not self.shuffles:
+                return number, self.input(False)
+            twin, made = self._twins.get(peel, (None, -1))
+            if twin is None or ahead or per_pass != 1 or number != made:  # a pass may end early
+                twin = compat.tf_shuffled(self.input(peel), self._size, self.seeds,
+                                          self.reshuffles)
+                for _ in range(number + ahead if self.reshuffles else 0):
+                    iter(twin)  # draws a pass's seeds; reads nothing
+            self._twins[peel] = twin, number + per_pass
+            return number, twin
+
+    def input(self, peel: bool) -> Any:
+        """The input the twin shuffles: the shuffle's (this group's files' share where split
+        by files), or with ``peel`` the one under :attr:`below`. Split once, when first asked."""
+        if peel not in self._built_inputs:
+            ds = self._base if peel else self._whole
+            self._built_inputs[peel] = files_of_group(ds, *self._split) if self._split else ds
+        return self._built_inputs[peel]
