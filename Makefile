@@ -70,6 +70,7 @@ bench: install
 	$(PY) benchmarks/stream_proof.py
 	$(PY) benchmarks/step_cost.py
 	$(PY) benchmarks/order_check.py
+	$(PY) benchmarks/tf_decoded_shuffle.py
 
 lint: install
 	$(PY) -m ruff check jaxload tests examples

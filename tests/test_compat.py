@@ -16,7 +16,7 @@ def test_every_private_read_is_listed_and_has_a_test():
                       "data_loader_sampler", "grain_split_and_seeds", "grain_below_maps",
                       "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
                       "tf_replay", "tf_is_tensor_slices", "tf_skips_in_place", "tf_source_tensors",
-                      "tf_repeat", "tf_stateless",
+                      "tf_repeat", "tf_stateless", "tf_batch",
                       "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed"}
 
 
@@ -173,6 +173,20 @@ def test_a_maps_stateful_ops_are_found_in_its_function_and_the_functions_it_call
         [], maxval=2, dtype=tf.int64)))
     assert not compat.tf_stateless(ds.map(flipped))  # in a branch of a cond
     assert not compat.tf_stateless(ds.map(lambda x: tf.py_function(lambda v: v, [x], tf.int64)))
+
+
+def test_a_batch_is_read_and_applied_again_as_it_was():
+    # replay.py counts the shuffle's elements in the user's batches over it, and rebuilds them
+    tf = pytest.importorskip("tensorflow")
+    ds = tf.data.Dataset.range(10)
+    for batched in (ds.batch(4), ds.batch(4, drop_remainder=True),
+                    ds.batch(3, num_parallel_calls=2, deterministic=True)):
+        source, again, size = compat.tf_batch(batched)
+        assert source is ds and size == int(batched.element_spec.shape[0] or len(
+            next(iter(batched))))
+        assert [b.tolist() for b in again(ds).as_numpy_iterator()] == [
+            b.tolist() for b in batched.as_numpy_iterator()]
+    assert compat.tf_batch(ds.map(lambda x: x)) is None
 
 
 def test_a_shuffle_and_the_ops_over_it_are_rebuilt_as_they_were():

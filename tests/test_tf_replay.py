@@ -99,10 +99,9 @@ def test_other_shapes_of_the_split_continue_exactly(variant):
     ds, p = tutorial(), plan(4, 2)
     if variant == "padded":  # 18 rows a step over 8 batch shards: each group's block
         group = share(ds, plan(4, 2, 24), global_batch_size=18, remainder="pad")
-    elif variant == "batched":
+    elif variant == "batched":  # the user's batches over the shuffle: skipped 4 elements each
         group = share(tutorial().batch(4, drop_remainder=True).prefetch(1), p, batched=True)
-        assert group._replay is None  # a batch over the shuffle: saved with its buffer
-        return
+        assert group._replay is not None and group._replay.grouped == 4
     elif variant == "unsplit":
         group = share(ds, p, shard=False)
     else:  # ops under the shuffle that keep their order
@@ -112,6 +111,30 @@ def test_other_shapes_of_the_split_continue_exactly(variant):
     whole = list(group.batches(None))
     for stop in (1, len(whole) // 2, len(whole) - 1):
         assert ids(group.batches(whole[stop - 1][1])) == ids(whole)[stop:], stop
+
+
+@pytest.mark.parametrize("processes", [1, 4])
+def test_the_users_own_batches_over_the_shuffle_are_replayed_not_saved(processes):
+    """``batched=True`` over ``shuffle(seed).batch(b)``: the state holds counts, not the
+    buffer, and each pass and each resume hands out the user's own batches of that pass."""
+    size = 8 // processes  # a process's batch: the global batch of 8 over its devices
+
+    def batches():
+        return tutorial().batch(size, drop_remainder=True).map(
+            lambda e: {"id": e["id"], "image": e["image"] + 1.0})
+
+    p = plan(processes, processes - 1, global_batch_size=8)
+    group = share(batches(), p, global_batch_size=8, batched=True)
+    assert group._replay is not None and group._replay.grouped == size
+    user = batches()
+    own = [[e["id"].tolist() for e in user.as_numpy_iterator()] for _ in range(2)]  # reshuffled
+    passes = [list(group.batches(None)) for _ in range(2)]
+    for number, got in enumerate(passes):
+        assert ids(got) == own[number][p.shard_index::p.shard_count]
+        assert len(json.dumps(got[-1][1])) < 100
+    for number, stop in [(0, 3), (1, len(passes[1]) - 1)]:
+        again = share(batches(), p, global_batch_size=8, batched=True)
+        assert ids(again.batches(passes[number][stop - 1][1])) == ids(passes[number])[stop:]
 
 
 NOT_REPLAYED = {
@@ -373,9 +396,12 @@ def test_split_by_files_each_group_replays_a_shuffle_of_its_own_files(tmp_path, 
             return ds.shuffle(32, seed=3).map(parse_id)
         return ds.map(parse_id, num_parallel_calls=2).shuffle(32, seed=3)  # a resume: over
 
+    def share_of(k):
+        return share(records(), plan(4, k))
+
     delivered = []
     for k in range(4):
-        group = share(records(), plan(4, k))
+        group = share_of(k)
         assert group.sharding.mode == "files" and group._replay is not None
         assert len(group._replay.passes.below) == (parsed == "under")
         passes = [list(group.batches(None)) for _ in range(2)]
@@ -384,7 +410,7 @@ def test_split_by_files_each_group_replays_a_shuffle_of_its_own_files(tmp_path, 
         assert ids(passes[0]) != ids(passes[1])  # another order each pass
         assert {i // 1000 for i in sum(ids(passes[1]), [])} <= {k, k + 4}  # its files only
         for number, stop in [(0, 2), (1, len(passes[1]) - 1)]:
-            again = share(records(), plan(4, k))
+            again = share_of(k)
             assert ids(again.batches(passes[number][stop - 1][1])) == ids(passes[number])[stop:]
         delivered += sum(ids(passes[0]), [])
     assert len(delivered) == len(set(delivered))

@@ -22,6 +22,7 @@ from jaxload._src.compat.grain import (
 from jaxload._src.compat.jax import distributed_client, thread_mesh
 from jaxload._src.compat.tf import (
     tf_auto_shard,
+    tf_batch,
     tf_from_graph,
     tf_global_seed,
     tf_graph,
@@ -77,6 +78,8 @@ PRIVATE = (
                           "deserialize_iterator"),
     ("tf_input_index", "tensorflow.python.framework.op_def_registry.get"),
     ("tf_stateless", "_MapDataset._map_func.function.graph, op_def_registry.get"),
+    ("tf_batch", "batch_op._BatchDataset, _ParallelBatchDataset: _input_dataset, _batch_size, "
+                 "_drop_remainder, _num_parallel_calls, _deterministic"),
     ("tf_op_attrs", "tensorflow.python.framework.op_def_registry.get"),
     ("tf_global_seed", "tensorflow.python.eager.context.global_seed"),
     ("tf_log_level", "absl::MinLogLevel, absl::SetMinLogLevel in libtensorflow_framework; "
@@ -87,7 +90,7 @@ PRIVATE = (
 __all__ = [
     "data_loader_operations", "data_loader_sampler", "data_loader_shard_options",
     "data_loader_source", "distributed_client", "drops_elements", "grain_below_maps",
-    "grain_split_and_seeds", "tf_auto_shard", "tf_from_graph", "tf_global_seed", "tf_graph",
+    "grain_split_and_seeds", "tf_auto_shard", "tf_batch", "tf_from_graph", "tf_global_seed", "tf_graph",
     "tf_input_index", "tf_is_tensor_slices", "tf_log_level", "tf_logs_at_fixed_level",
     "tf_map_carrying", "tf_one_to_one", "tf_op_attrs", "tf_repeat", "tf_restore_iterator",
     "tf_save_iterator", "tf_shuffle", "tf_shuffled", "tf_skips_in_place", "tf_source_tensors",

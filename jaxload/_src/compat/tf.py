@@ -155,6 +155,31 @@ def tf_one_to_one(ds: Any) -> tuple[Any, Callable[[Any], Any]] | None:
     return ds._input_dataset, again
 
 
+def tf_batch(ds: Any) -> tuple[Any, Callable[[Any], Any], int] | None:
+    """For a dataset that ``Dataset.batch`` made (``batch_op._BatchDataset``,
+    ``_ParallelBatchDataset``): its input, a function that applies the same batch to another
+    input, and its batch size; None for any other, or for a size or ``drop_remainder`` that is
+    not a constant."""
+    from tensorflow.python.framework import tensor_util
+
+    kind = type(ds).__name__
+    if kind not in ("_BatchDataset", "_ParallelBatchDataset"):
+        return None
+    size = tensor_util.constant_value(ds._batch_size)
+    drop = tensor_util.constant_value(ds._drop_remainder)
+    if size is None or drop is None:
+        return None
+    options: dict[str, Any] = {}
+    if kind == "_ParallelBatchDataset":
+        calls = tensor_util.constant_value(ds._num_parallel_calls)
+        if calls is None:
+            return None
+        options = {"num_parallel_calls": int(calls),
+                   "deterministic": {"true": True, "false": False}.get(ds._deterministic)}
+    return (ds._input_dataset,
+            lambda new: new.batch(int(size), drop_remainder=bool(drop), **options), int(size))
+
+
 def tf_stateless(ds: Any) -> bool:
     """Whether a dataset of :func:`tf_one_to_one` holds no stateful op (TensorFlow's
     ``OpDef.is_stateful``: a random op that is not stateless, a ``py_function``, a variable)

@@ -185,7 +185,8 @@ class TfDataset:
             per_batch = plan.shard_count * (1 if self._batched else plan.local_batch_size)
         whole: list[int | None] = []  # the pass's length in batches, once known
         built: list[Any] = [None, None, None]  # the last pass's: twin, skip, pipeline
-        below = elements and plan.global_batch_size == self._global  # split under the maps
+        below = (elements and plan.global_batch_size == self._global  # split under the maps,
+                 and replay.grouped == 1)  # not under the user's batch
 
         def pipeline(ds: Any, split: bool) -> Any:
             group = self._split(ds) if split else ds

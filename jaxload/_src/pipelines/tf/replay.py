@@ -80,12 +80,15 @@ class Replay:
       repeat: ``(where, count, length)`` of a ``repeat`` over the shuffle: the number of ops
         of ``above`` under it, its count (-1: without end), and the elements of each
         repetition. Each repetition is another iterator of the shuffle: another order.
+      grouped: the shuffle's elements in each of the pipeline's: the size of a ``batch`` over
+        the shuffle (the user's own batches, ``batched=True``), else 1.
     """
 
     above: tuple[Callable[[Any], Any], ...]
     passes: Passes
     user: Any = dataclasses.field(default=None, repr=False)  # the user's pipeline
     repeat: tuple[int, int, int] | None = None
+    grouped: int = 1
 
     @classmethod
     def of(cls, ds: Any, graph: DatasetGraph | None = None,
@@ -100,11 +103,19 @@ class Replay:
         node: Any = ds
         found: tuple[Any, int | None, int, int, bool] | None = None
         repeat: tuple[int, int] | None = None  # (ops over it, count)
+        grouped = 1
         while found is None:
             found = compat.tf_shuffle(node)
             step = compat.tf_one_to_one(node) if found is None else None
-            if found is None and repeat is None and (over := compat.tf_repeat(node)):
+            if found is None and step is None and grouped == 1 and (over := compat.tf_repeat(node)):
+                if repeat is not None:
+                    return None
                 node, repeat = over[0], (len(above), over[1])
+                continue
+            if found is None and step is None and repeat is None and grouped == 1 and (
+                    batch := compat.tf_batch(node)):  # one batch, with no repeat under it
+                node, again, grouped = batch
+                above.append(again)
                 continue
             if found is None and step is None:
                 if not compat.tf_skips_in_place(node):
@@ -118,13 +129,14 @@ class Replay:
             return None
         source, *rest = found
         if found[1] is None:  # unshuffled: every pass is the same (nothing to count)
-            return None if repeat else cls(tuple(reversed(above)), Passes((source, *rest)), ds)
+            return None if repeat else cls(tuple(reversed(above)), Passes((source, *rest)), ds,
+                                           grouped=grouped)
         with PASSES_LOCK:  # counted per user shuffle (its input, not itself, held)
             own = PASSES.setdefault(node, {})
             if split not in own:
                 own[split] = Passes((source, *rest), split)
         if repeat is None:
-            return cls(tuple(reversed(above)), own[split], ds)
+            return cls(tuple(reversed(above)), own[split], ds, grouped=grouped)
         length = int(own[split].input(False).cardinality())  # a repetition's, this group's
         if length < 0:
             return None
@@ -162,7 +174,7 @@ class Replay:
         under = self.repeat[0] if self.repeat is not None else 0
         below = self.passes.below if self.peels else ()  # over the shuffle of their input
         if self.repeat is None:
-            ds = shuffled.skip(skip) if skip else shuffled
+            ds = shuffled.skip(skip * self.grouped) if skip else shuffled
         else:  # this repetition from its element, then the others (each another iterator)
             _, count, length = self.repeat
             done, skip = divmod(skip, length)
