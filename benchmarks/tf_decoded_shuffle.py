@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from sections import arguments, ended, publish
-from tf_files import SIDE, write_files
+from tf_files import parse, write_files
 
 import jaxload
 
@@ -40,14 +40,6 @@ AT = (0.1, 0.5, 0.9)
 
 def user(pattern: str, buffer: int):
     import tensorflow as tf
-
-    def parse(serialized):
-        e = tf.io.parse_single_example(serialized, {
-            "id": tf.io.FixedLenFeature([], tf.int64),
-            "image": tf.io.FixedLenFeature([], tf.string)})
-        image = tf.image.resize(tf.image.decode_jpeg(e["image"], channels=3), [SIDE, SIDE],
-                                antialias=True)
-        return {"id": e["id"], "image": image / 127.5 - 1.0}
 
     return tf.data.Dataset.list_files(pattern, shuffle=False).interleave(
         tf.data.TFRecordDataset, cycle_length=4).map(

@@ -91,6 +91,18 @@ def _count(serialized):
     return serialized
 
 
+def parse(serialized):
+    """A record's id and its JPEG decoded, resized to SIDE x SIDE and scaled to [-1, 1]."""
+    import tensorflow as tf
+
+    e = tf.io.parse_single_example(serialized, {
+        "id": tf.io.FixedLenFeature([], tf.int64),
+        "image": tf.io.FixedLenFeature([], tf.string)})
+    image = tf.image.resize(tf.image.decode_jpeg(e["image"], channels=3), [SIDE, SIDE],
+                            antialias=True)
+    return {"id": e["id"], "image": image / 127.5 - 1.0}
+
+
 def pipeline(pattern: str, reads: str, *, shard: tuple[int, int] | None = None,
              count: bool = False, unsaveable: bool | str = False, shuffle: int = 0):
     """The user's pipeline, reading the files with ``reads`` (one of ``READS``);
@@ -98,14 +110,6 @@ def pipeline(pattern: str, reads: str, *, shard: tuple[int, int] | None = None,
     checkpointed with its buffers (``experimental_symbolic_checkpoint = False``), True: not
     at all (a ``py_function``)."""
     import tensorflow as tf
-
-    def parse(serialized):
-        e = tf.io.parse_single_example(serialized, {
-            "id": tf.io.FixedLenFeature([], tf.int64),
-            "image": tf.io.FixedLenFeature([], tf.string)})
-        image = tf.image.resize(tf.image.decode_jpeg(e["image"], channels=3), [SIDE, SIDE],
-                                antialias=True)
-        return {"id": e["id"], "image": image / 127.5 - 1.0}
 
     def counted(serialized):
         return tf.ensure_shape(tf.py_function(_count, [serialized], tf.string), [])
