@@ -24,7 +24,6 @@ import tensorflow as tf  # noqa: E402
 from jax.experimental import multihost_utils  # noqa: E402
 
 root = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/jaxload-tf-files").absolute()
-parsed = [0]
 
 
 def write_files() -> None:
@@ -37,7 +36,9 @@ def write_files() -> None:
                     features=tf.train.Features(feature=feature)).SerializeToString())
 
 
-def pipeline() -> tf.data.Dataset:
+def pipeline(parsed: list[int]) -> tf.data.Dataset:
+    """The pipeline, counting the records it parses in ``parsed`` (its own counter: a closed
+    pipeline's reading thread may still parse a record or two)."""
     def count(serialized):
         parsed[0] += 1
         return serialized
@@ -58,7 +59,7 @@ if jax.process_index() == 0:
 multihost_utils.sync_global_devices("files written")
 
 layout = jaxload.data_parallel()
-loader = jaxload.from_tf_data(pipeline(), layout, global_batch_size=64)
+loader = jaxload.from_tf_data(pipeline([0]), layout, global_batch_size=64)
 if jax.process_index() == 0:
     print(*loader.explain().splitlines()[-2:], sep="\n")  # how it is split, how it resumes
 batches = iter(loader)
@@ -67,8 +68,8 @@ for _ in range(10):
 state = loader.get_state()
 batches.close()
 
-parsed[0] = 0
-resumed = jaxload.from_tf_data(pipeline(), layout, global_batch_size=64)
+parsed = [0]
+resumed = jaxload.from_tf_data(pipeline(parsed), layout, global_batch_size=64)
 resumed.set_state(state)
 steps = sum(1 for _ in resumed)
 saved = state["position"]["saved"]["batches"]  # the iterator's last save, at or before step 10
