@@ -86,3 +86,45 @@ def test_state_before_and_after_a_pass_is_the_start():
     assert loader.get_state()["step"] == 0 and loader.get_state()["position"] is None
     assert len(list(loader)) == 4
     assert loader.get_state()["step"] == 0  # the next pass starts from the beginning
+
+
+def batched_resume():
+    """The user's own batches (``batched=True``) over 2 loading groups: 3 steps, a state, the
+    rest of the pass; then a fresh loader resumed from the state, for both backends."""
+    import jax
+    import tensorflow as tf
+
+    layout, size = jaxload.data_parallel(), 16 // jax.process_count()
+    made = {
+        "grain": lambda: jaxload.from_grain(grain.MapDataset.range(160).map(
+            lambda i: {"x": np.int64(i)}).batch(size, drop_remainder=True), layout,
+            global_batch_size=16, batched=True),
+        "tf": lambda: jaxload.from_tf_data(tf.data.Dataset.range(160).map(
+            lambda i: {"x": i}).batch(size, drop_remainder=True), layout, global_batch_size=16,
+            batched=True),
+    }
+    out = {}
+    for backend, make in made.items():
+        loader = make()
+        batches = iter(loader)
+        for _ in range(3):
+            next(batches)
+        state = json.loads(json.dumps(loader.get_state()))
+        rest = [shards(batch) for batch in batches]
+        fresh = make()
+        fresh.set_state(state)
+        out[backend] = rest, [shards(batch) for batch in fresh]
+    return out
+
+
+@pytest.mark.cluster
+def test_the_users_own_batches_over_several_groups_resume_exactly(clusters):
+    """A state's rows count the rows of the user's batches, not the batches: a state at step 3
+    of 10 is not refused as past the end of a pipeline of 20 batches of 8 rows."""
+    for out in clusters.run(batched_resume, num_processes=2, local_devices=4, timeout_s=120):
+        for backend, (rest, after) in out.items():
+            assert len(rest) == 7 and len(after) == len(rest), backend
+            for want, have in zip(rest, after, strict=True):
+                assert want.keys() == have.keys()
+                for device in want:
+                    np.testing.assert_array_equal(want[device], have[device], err_msg=backend)

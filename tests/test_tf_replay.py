@@ -197,17 +197,34 @@ def test_the_replay_rebuilds_the_users_ops_without_reading_its_graph_again():
 
 # --- in real processes ---------------------------------------------------------------------
 
-def run_and_resume(stop_fraction: float, epochs_before: int) -> dict:
+def decoded(n: int = N):
+    """A decode under the shuffle (stateless: moved over it), an augmentation over it."""
+    images = np.arange(n * 12, dtype=np.uint8).reshape(n, 2, 2, 3)
+    ds = tf.data.Dataset.from_tensor_slices({"id": np.arange(n), "image": images}).map(
+        lambda e: {"id": e["id"], "image": tf.image.convert_image_dtype(e["image"], tf.float32)},
+        num_parallel_calls=2)
+    return ds.shuffle(64, seed=1).map(
+        lambda e: {"id": e["id"], "image": tf.image.random_flip_left_right(e["image"])})
+
+
+PIPELINES = {"tutorial": tutorial, "decoded": decoded}
+
+
+def run_and_resume(stop_fraction: float, epochs_before: int, name: str = "tutorial",
+                   batched: bool = False) -> dict:
     """Worker: ``epochs_before`` whole passes, then the next one whole with a state taken at
-    ``stop_fraction`` of it, then a fresh loader over a fresh dataset resumed from it."""
+    ``stop_fraction`` of it, then a fresh loader over a fresh dataset resumed from it;
+    ``batched``: the pipeline batched to the process's batch, as the user's own batches."""
     import jax
 
     layout = jaxload.data_parallel()
+    size = 16 // jax.process_count()
 
     def loader(ds):
-        return jaxload.from_tf_data(ds, layout, global_batch_size=16)
+        ds = ds.batch(size, drop_remainder=True) if batched else ds
+        return jaxload.from_tf_data(ds, layout, global_batch_size=16, batched=batched)
 
-    kept = loader(tutorial(N))
+    kept = loader(PIPELINES[name](N))
     for _ in range(epochs_before):
         for _ in kept:
             pass
@@ -216,7 +233,7 @@ def run_and_resume(stop_fraction: float, epochs_before: int) -> dict:
         steps.append(record(batch))
         if step + 1 == stop:
             state = kept.get_state()
-    resumed = loader(tutorial(N))
+    resumed = loader(PIPELINES[name](N))
     resumed.set_state(json.loads(json.dumps(state)))
     after = [record(batch) for batch in resumed]
     return dict(process_index=jax.process_index(), state=state, steps=steps, after=after,
@@ -232,17 +249,21 @@ def rows(results: list[dict], key: str, step: int) -> list[int]:
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("shape", [(2, 4), (4, 2)])
-def test_a_resume_at_ninety_percent_gives_the_same_rows_in_real_processes(clusters, shape):
+@pytest.mark.parametrize("shape,name,batched", [
+    ((2, 4), "tutorial", False), ((4, 2), "tutorial", False), ((2, 4), "decoded", False),
+    ((2, 4), "tutorial", True)])
+def test_a_resume_at_ninety_percent_gives_the_same_rows_in_real_processes(clusters, shape, name,
+                                                                          batched):
     processes, devices = shape
     results = clusters.run(run_and_resume, num_processes=processes, local_devices=devices,
-                           args=(0.9, 1), timeout_s=240)
+                           args=(0.9, 1, name, batched), timeout_s=240)
     steps, local = N // 16, 16 // processes
-    own = iterations(tutorial(), 2)[1]  # the second pass of the user's own pipeline
-    # step s holds elements [16 s, 16 (s + 1)) of it: group k's j-th row is element k + K j
+    own = iterations(PIPELINES[name](), 2)[1]  # the second pass of the user's own pipeline
+    # step s holds elements [16 s, 16 (s + 1)) of it: group k's j-th row is element k + K j,
+    # or, of the user's own batches, element k * local + j (the step's k-th batch)
     assert [rows(results, "steps", s) for s in range(steps)] == [
-        [own[s * 16 + (row % local) * processes + row // local] for row in range(16)]
-        for s in range(steps)]
+        [own[s * 16 + (row if batched else (row % local) * processes + row // local)]
+         for row in range(16)] for s in range(steps)]
     stop = int(0.9 * steps)
     assert [rows(results, "after", s) for s in range(steps - stop)] == [
         rows(results, "steps", s) for s in range(stop, steps)]

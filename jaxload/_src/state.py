@@ -86,7 +86,8 @@ class Elastic:
         global order from row ``rows`` on, sharded and batched as for row 0; None if the
         pipeline cannot be repositioned exactly.
       why_not: why it cannot, and what to do instead (required when ``from_row`` is None).
-      length: the pipeline's number of elements where known, checked on resume.
+      length: the rows of the pipeline where known (its elements; its batches' rows where the
+        elements are batches, ``batched=True``), checked on resume.
       rows_per_step: rows of the global order one step consumes: the ``global_batch_size`` asked
         for, which a padded batch (``remainder="pad"``) fills up to a multiple of the batch
         shards; None: ``plan.global_batch_size``.

@@ -86,7 +86,8 @@ class GrainMapDataset:
 
     def _elastic(self) -> Elastic:
         ds = self._ds
-        identity = dict(length=len(ds), rows_per_step=self._global,
+        per = self._global // self._plan.shard_count if self._batched else 1  # rows an element
+        identity = dict(length=len(ds) * per, rows_per_step=self._global,
                         fingerprint=functools.cache(lambda: stable_fingerprint(ds)))
         why_not = why_not_sliceable(self._shard, self._batched, "the whole MapDataset")
         if why_not:

@@ -83,7 +83,7 @@ class TfDataset:
         self.positioning = positioning(self._replay.passes.shuffles if self._replay else None,
                                        self._save, self._symbolic)
         self.batches = self.from_row(0)
-        length = int(ds.cardinality())
+        length = int(ds.cardinality()) * (global_batch_size // plan.shard_count if batched else 1)
         why_not = why_not_sliceable(shard is not False, batched, "the whole dataset")
         if self.sharding.mode not in (ELEMENTS, NONE):
             why_not = _BY_FILES
