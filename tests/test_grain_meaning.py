@@ -193,6 +193,15 @@ def _resumed_with_a_filter(layout) -> str:
     return "resumed"
 
 
+def _off_on_process_1(element: dict) -> dict:
+    """Element 40 with another value on process 1: past the first elements compared once."""
+    import jax
+
+    if jax.process_index() == 1 and int(element["id"]) == 40:
+        return {**element, "x": np.float32(-1)}
+    return element
+
+
 def _iter_dataset_resumed(layout) -> list[int]:
     """An IterDataset split by elements, stopped after 2 steps and resumed from its state on the
     same topology: the ids of both runs (real rows, all loading groups)."""
@@ -282,6 +291,9 @@ def shapes() -> dict:
     out["data loader with a filter, resumed on a new global batch size"] = \
         _resumed_with_a_filter(layout)
     out["iter dataset, resumed"] = _iter_dataset_resumed(layout)
+    out["iter dataset, differs at element 40"] = _delivered(lambda: jaxload.from_grain(
+        _source(range(ROWS)).map(_off_on_process_1).to_iter_dataset(), layout,
+        global_batch_size=16, remainder="pad", record="id", **BOUNDED))
     out["differs where a later pass draws"] = _a_later_pass(layout)
     out["filter, drop"] = _filtered_drop(layout, _not_by_three)
     out["filter, drop, stopped"] = _filtered_drop(layout, _not_by_three, stop_after=2)
@@ -333,6 +345,19 @@ def test_delivered_exactly(results, name):
 @pytest.mark.cluster
 def test_an_iter_dataset_split_by_elements_resumes_exactly(results):
     assert results[0]["iter dataset, resumed"] == list(range(ROWS))
+
+
+@pytest.mark.cluster
+def test_an_iter_dataset_split_by_elements_proves_every_step(results):
+    """The stream differs by process at element 40 (step 2 of global batches of 16): the two
+    steps before it are handed out, then every process raises the same error naming the step
+    and the element."""
+    seen = [r["iter dataset, differs at element 40"] for r in results]
+    assert seen[0] == seen[1], seen
+    assert seen[0]["handed"] == 2, seen[0]
+    assert seen[0]["error"].startswith("ValueError: at step 2 the processes read different "
+                                       "elements of the pipeline before splitting it"), seen[0]
+    assert "first at its element 8 (0-based)" in seen[0]["error"], seen[0]
 
 
 @pytest.mark.cluster

@@ -146,7 +146,8 @@ def from_grain(
                                    batched=batched, remainder=remainder,
                                    read_options=read_options)
     elif isinstance(ds, grain.IterDataset):
-        pipeline = GrainIterDataset(ds, plan, shard=shard, batched=batched, remainder=remainder)
+        pipeline = GrainIterDataset(ds, plan, shard=shard, batched=batched, remainder=remainder,
+                                    prove=config.check_period > 0 and schedule is None)
     elif isinstance(ds, grain.DataLoader):
         pipeline = GrainDataLoader(ds, plan, shard=shard, remainder=remainder)
     else:

@@ -4,18 +4,25 @@ Split over several loading groups (``shard=True``, the default) it is split by e
 process iterates the whole dataset and keeps elements ``k, k + K, ...`` (whole batches, with
 ``batched=True``), so step ``s`` holds the stream's elements ``[s·G, (s+1)·G)``, as a
 ``MapDataset`` split by index does. That reads every element on every process (a warning says
-so once); the processes compare the stream's first elements in the first round."""
+so once); the processes compare the stream's first elements in the first round, and where
+checks are on (the default), the digest of every step's global batch before any process hands
+the step out (:func:`split` with ``prove``), so that a stream that differs by process later on
+is refused at that step, not delivered."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import jax
+import numpy as np
+import xxhash
 
 from jaxload._src.adapters.stack import stack_elements
+from jaxload._src.fingerprints import add
 from jaxload._src.pipelines.base import Batches, LocalSpec
 from jaxload._src.pipelines.grain import described
 from jaxload._src.plan import Plan
@@ -43,16 +50,19 @@ class GrainIterDataset:
     by_index: bool = False
     not_resumable: str | None = None
 
-    def __init__(self, ds: Any, plan: Plan, *, shard: bool, batched: bool, remainder: str):
+    def __init__(self, ds: Any, plan: Plan, *, shard: bool, batched: bool, remainder: str,
+                 prove: bool = False):
         self.elastic = Elastic(why_not=NOT_ELASTIC)
         describe = described.stream(ds, plan) if shard else described.iter_dataset(
             ds, plan)
+        batches: Callable[[Any], Iterable[tuple[HostBatch, Any]]]
         if not shard or plan.shard_count == 1:  # the group reads it all: Grain batches it
             batches = iterated(batched_iter(ds, plan.local_batch_size, batched, remainder))
         else:
             _warn_split(plan)
             batches = split(ds, plan.shard_index, plan.shard_count,
-                            1 if batched else plan.local_batch_size, batched, remainder)
+                            1 if batched else plan.local_batch_size, batched, remainder,
+                            prove=prove)
         self.batches = described.with_description(batches, describe)
 
     def spec(self) -> LocalSpec | None:
@@ -124,34 +134,97 @@ def iterated(ds: Any) -> Callable[[Any], Iterator[tuple[HostBatch, Any]]]:
     return batches
 
 
-def split(ds: Any, k: int, groups: int, rows: int, batched: bool, remainder: str
-          ) -> Callable[[Any], Iterator[tuple[HostBatch, Any]]]:
+def split(ds: Any, k: int, groups: int, rows: int, batched: bool, remainder: str,
+          prove: bool = False) -> Callable[[Any], Iterable[tuple[HostBatch, Any]]]:
     """``batches(position)`` of loading group ``k`` of ``groups``: elements ``k, k + groups,
     ...`` of ``ds``, ``rows`` to a batch (stacked; one whole element with ``batched``), each with
     the iterator's state after its last element. From a saved state the next element of this
-    group is ``groups - 1`` elements on (the state was taken right after one of its own)."""
+    group is ``groups - 1`` elements on (the state was taken right after one of its own).
 
-    def batches(position: Any) -> Iterator[tuple[HostBatch, Any]]:
+    ``prove``: each batch also carries the digest of the global batch it was kept from (XXH3 of
+    each element's leaves, names, dtypes and shapes; :mod:`~jaxload._src.stream_proof`), which
+    every process compares before it hands the step out: the stream itself is the proof that
+    every process read the same elements."""
+
+    def batches(position: Any) -> Iterable[tuple[HostBatch, Any]]:
         iterator = iter(ds)
-        skip = k
+        ahead = 0  # the elements before this group's first of the next global batch
         if position is not None:
             iterator.set_state(position)
-            skip = groups - 1
-        while True:
-            taken: list[Any] = []
-            for _ in range(rows):
-                element = next(itertools.islice(iterator, skip, None), _END)
-                if element is _END:
-                    break
-                taken.append(element)
-                skip = groups - 1
-            if not taken or len(taken) < rows and remainder == DROP:
-                return
-            yield (taken[0] if batched else stack_elements(taken)), iterator.get_state()
-            if len(taken) < rows:
-                return
+            ahead = groups - 1 - k
+        return Batches(_steps(iterator, ahead, k, groups, rows, batched, remainder), proves=True
+                       ) if prove else _unproved(iterator, position, k, groups, rows, batched,
+                                                 remainder)
 
     return batches
+
+
+def _steps(iterator: Any, ahead: int, k: int, groups: int, rows: int, batched: bool,
+           remainder: str) -> Iterator[Any]:  # (batch, state, (digest, fingerprints))
+    """Whole global batches read (``groups * rows`` elements), this group's rows kept; each
+    batch with the state after its last row and the global batch's digest and fingerprints."""
+    for _ in range(ahead):  # the rest of the global batch before a saved state's position
+        if next(iterator, _END) is _END:
+            return
+    last = k + groups * (rows - 1)  # this group's last element of a full global batch
+    while True:
+        read: list[Any] = []
+        state = None
+        for i in range(groups * rows):
+            element = next(iterator, _END)
+            if element is _END:
+                break
+            read.append(element)
+            if i == last:
+                state = iterator.get_state()
+        taken = read[k::groups]
+        if not taken or len(taken) < rows and remainder == DROP:
+            return
+        prints = [element_print(element) for element in read]
+        digest = xxhash.xxh3_64(b"".join(prints)).hexdigest()
+        yield ((taken[0] if batched else stack_elements(taken)),
+               state if state is not None else iterator.get_state(), (digest, b"".join(prints)))
+        if len(taken) < rows:
+            return
+
+
+def element_print(element: Any) -> bytes:
+    """8 bytes of XXH3 over an element: its structure, then each leaf's dtype, shape and bytes
+    (Python objects by their type only)."""
+    leaves, treedef = jax.tree_util.tree_flatten(element)
+    h = xxhash.xxh3_64(_structure(treedef))
+    for leaf in leaves:
+        if isinstance(leaf, np.ndarray) and not leaf.dtype.hasobject:
+            add(h, leaf)
+        else:
+            leaf = np.asarray(leaf)
+            h.update(f"{type(leaf).__name__}{leaf.dtype}{leaf.shape}".encode())
+            if not leaf.dtype.hasobject:
+                add(h, leaf)
+    return h.digest()
+
+
+@functools.lru_cache(maxsize=64)
+def _structure(treedef: Any) -> bytes:
+    return str(treedef).encode()
+
+
+def _unproved(iterator: Any, position: Any, k: int, groups: int, rows: int, batched: bool,
+              remainder: str) -> Iterator[tuple[HostBatch, Any]]:
+    skip = k if position is None else groups - 1
+    while True:
+        taken: list[Any] = []
+        for _ in range(rows):
+            element = next(itertools.islice(iterator, skip, None), _END)
+            if element is _END:
+                break
+            taken.append(element)
+            skip = groups - 1
+        if not taken or len(taken) < rows and remainder == DROP:
+            return
+        yield (taken[0] if batched else stack_elements(taken)), iterator.get_state()
+        if len(taken) < rows:
+            return
 
 
 _END = object()
