@@ -11,7 +11,9 @@ The pipelines, each split by elements (none of them can be replayed or split by 
 - *filter*: ``from_tensor_slices`` of the same rows, ``filter`` (3 rows in 4 kept), the same
   augmentation;
 - *jpeg, shard="elements"*: 16 TFRecord files of 4,096 64x64 JPEGs, parsed and decoded in a
-  ``map`` (the decode runs on each group's share only, with the proof on or off).
+  ``map`` (the decode runs on each group's share only, with the proof on or off);
+- *grain IterDataset*: ``MapDataset.range`` of the same rows, a random flip by index,
+  ``to_iter_dataset()`` (jaxload/_src/pipelines/grain/iter_dataset.py: XXH3 per element).
 Global batch 128 and 16 (8 and 1-4 rows a process), at 2 processes x 4 CPU devices and 4 x 2.
 Timed: 3 passes of one loader, from building it to the last batch ready, slowest process,
 median of interleaved rounds (min-max).
@@ -36,7 +38,7 @@ import jaxload.testing
 SECTION = "<!-- stream_proof.py -->"
 N, SIDE, PASSES, FILES = 4096, 32, 3, 16
 GLOBAL_BATCHES = (128, 16)
-PIPELINES = ("generator", "filter", "jpeg")
+PIPELINES = ("generator", "filter", "jpeg", "grain IterDataset")
 
 
 def _arrays():
@@ -77,6 +79,16 @@ def _augment(e):
     return {"image": tf.image.stateless_random_brightness(image, 0.2, seed), "label": e["label"]}
 
 
+def _grain_dataset(data):
+    import grain
+
+    def row(i):
+        image = data["image"][i]
+        return {"image": image[:, ::-1] if i % 2 else image, "label": data["label"][i]}
+
+    return grain.MapDataset.range(N).map(row).to_iter_dataset()
+
+
 def _dataset(name: str, data, files: list[str]):
     import tensorflow as tf
 
@@ -108,9 +120,13 @@ def _passes(name: str, data, files: list[str], checks: str, batch: int) -> float
 
     multihost_utils.sync_global_devices(f"stream_proof {name} {checks} {batch}")
     started = time.perf_counter()
-    loader = jaxload.from_tf_data(_dataset(name, data, files), jaxload.data_parallel(),
-                                  global_batch_size=batch, checks=checks,
-                                  shard="elements" if name == "jpeg" else "auto")
+    if name.startswith("grain"):
+        loader = jaxload.from_grain(_grain_dataset(data), jaxload.data_parallel(),
+                                    global_batch_size=batch, checks=checks)
+    else:
+        loader = jaxload.from_tf_data(_dataset(name, data, files), jaxload.data_parallel(),
+                                      global_batch_size=batch, checks=checks,
+                                      shard="elements" if name == "jpeg" else "auto")
     for _ in range(PASSES):
         for batch in loader:
             jax.block_until_ready(batch)
@@ -159,8 +175,9 @@ def main() -> None:
     publish(Path(args.out), SECTION, [
         SECTION, "", "## The stream proof: a split by elements compares what every process read",
         "", f"{N} rows split by elements over every process (`data_parallel()`): a generator "
-        f"and a filter over {SIDE}x{SIDE}x3 float32 images in memory, and {FILES} TFRecord files "
-        "of 64x64 JPEGs with `shard=\"elements\"`; milliseconds a pass over "
+        f"and a filter over {SIDE}x{SIDE}x3 float32 images in memory, {FILES} TFRecord files "
+        "of 64x64 JPEGs with `shard=\"elements\"`, and a Grain `IterDataset` of the same "
+        "images (`to_iter_dataset()`, hashed per element with XXH3); milliseconds a pass over "
         f"{PASSES} passes of one loader (its build included), slowest process, median of "
         f"{rounds} interleaved rounds (min-max). *Off*: `checks=\"never\"` (`shard(K, k)`, no "
         "first-step check); *on*: the default, which reads each global batch whole below the "
