@@ -180,10 +180,10 @@ def _steps(iterator: Any, ahead: int, k: int, groups: int, rows: int, batched: b
         taken = read[k::groups]
         if not taken or len(taken) < rows and remainder == DROP:
             return
-        prints = [element_print(element) for element in read]
-        digest = xxhash.xxh3_64(b"".join(prints)).hexdigest()
+        prints = b"".join(element_print(element) for element in read)
         yield ((taken[0] if batched else stack_elements(taken)),
-               state if state is not None else iterator.get_state(), (digest, b"".join(prints)))
+               state if state is not None else iterator.get_state(),
+               (xxhash.xxh3_64(prints).hexdigest(), prints))
         if len(taken) < rows:
             return
 
@@ -193,14 +193,11 @@ def element_print(element: Any) -> bytes:
     (Python objects by their type only)."""
     leaves, treedef = jax.tree_util.tree_flatten(element)
     h = xxhash.xxh3_64(_structure(treedef))
-    for leaf in leaves:
-        if isinstance(leaf, np.ndarray) and not leaf.dtype.hasobject:
-            add(h, leaf)
+    for leaf in map(np.asarray, leaves):
+        if leaf.dtype.hasobject:
+            h.update(f"{leaf.dtype}{leaf.shape}".encode())
         else:
-            leaf = np.asarray(leaf)
-            h.update(f"{type(leaf).__name__}{leaf.dtype}{leaf.shape}".encode())
-            if not leaf.dtype.hasobject:
-                add(h, leaf)
+            add(h, leaf)  # its dtype, shape and bytes
     return h.digest()
 
 
