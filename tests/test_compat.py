@@ -16,7 +16,7 @@ def test_every_private_read_is_listed_and_has_a_test():
                       "data_loader_sampler", "grain_split_and_seeds", "grain_below_maps",
                       "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
                       "tf_replay", "tf_is_tensor_slices", "tf_skips_in_place", "tf_source_tensors",
-                      "tf_repeat", "tf_stateless", "tf_batch",
+                      "tf_repeat", "tf_stateless", "tf_batch", "tf_interleave",
                       "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed"}
 
 
@@ -187,6 +187,21 @@ def test_a_batch_is_read_and_applied_again_as_it_was():
         assert [b.tolist() for b in again(ds).as_numpy_iterator()] == [
             b.tolist() for b in batched.as_numpy_iterator()]
     assert compat.tf_batch(ds.map(lambda x: x)) is None
+
+
+def test_an_interleave_is_read_and_applied_again_as_it_was():
+    # shuffle.py rebuilds the interleave over a shuffle of file names for each pass
+    tf = pytest.importorskip("tensorflow")
+    names = tf.data.Dataset.range(5)
+    table = tf.constant([3, 1, 4, 1, 5], tf.int64)  # a captured tensor goes with the function
+    for calls in (None, 2):
+        ds = names.interleave(lambda i: tf.data.Dataset.range(table[i]).map(lambda x: 10 * i + x),
+                              cycle_length=2, block_length=2, num_parallel_calls=calls)
+        source, again = compat.tf_interleave(ds)
+        assert source is names
+        assert list(again(names).as_numpy_iterator()) == list(ds.as_numpy_iterator())
+        assert list(again(names.skip(3)).as_numpy_iterator()) == [30, 40, 41, 42, 43, 44]
+    assert compat.tf_interleave(names.map(lambda x: x)) is None
 
 
 def test_a_shuffle_and_the_ops_over_it_are_rebuilt_as_they_were():

@@ -272,6 +272,49 @@ def test_a_resume_at_ninety_percent_gives_the_same_rows_in_real_processes(cluste
         assert r["bytes"] < 1000
 
 
+def files_run_and_resume(pattern: str) -> dict:
+    """Worker: the tutorials' file pipeline (``list_files``, unseeded, an interleave, a parse, a
+    shuffle of the records) split by files: a pass, then the next with a state taken at 90%,
+    then a fresh loader over a fresh pipeline resumed from it (at step 6 of 7)."""
+    import jax
+
+    def loader():
+        ds = tf.data.Dataset.list_files(pattern).interleave(
+            tf.data.TFRecordDataset, cycle_length=2).map(parse_id).shuffle(64, seed=3)
+        return jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=16)
+
+    kept = loader()
+    for _ in kept:
+        pass
+    steps, state = [], None
+    for step, batch in enumerate(kept):
+        steps.append(record(batch))
+        if step + 1 == 6:
+            state = kept.get_state()
+    resumed = loader()
+    resumed.set_state(json.loads(json.dumps(state)))
+    return dict(process_index=jax.process_index(), state=state, steps=steps,
+                after=[record(batch) for batch in resumed], bytes=len(json.dumps(state)))
+
+
+@pytest.mark.cluster
+def test_a_shuffle_of_file_names_resumes_exactly_in_real_processes(clusters, tmp_path):
+    from test_tf_files import write_files
+
+    # groups of files 0, 2, 4 (72 records) and 1, 3, 5 (58): 7 steps of 8 rows a group
+    pattern = write_files(tmp_path, [20, 25, 30, 15, 22, 18])
+    results = clusters.run(files_run_and_resume, num_processes=2, local_devices=4,
+                           args=(pattern,), timeout_s=240)
+    steps, stop = len(results[0]["steps"]), 6
+    assert steps == 7 and all(len(r["after"]) == 1 for r in results)
+    assert [rows(results, "after", s) for s in range(steps - stop)] == [
+        rows(results, "steps", s) for s in range(stop, steps)]
+    delivered = sum((rows(results, "steps", s) for s in range(steps)), [])
+    assert len(delivered) == len(set(delivered)) == 16 * steps
+    for r in results:
+        assert set(r["state"]["position"]) == {"pass", "batches", "seeds"} and r["bytes"] < 1000
+
+
 MALFORMED = {  # what is changed in a state, and the words of the refusal
     "step -3": (lambda s: s.update(step=-3), "the state's step must be an int >= 0, got -3"),
     "step str": (lambda s: s.update(step="2"), "the state's step must be an int >= 0, got '2'"),
@@ -435,6 +478,53 @@ def test_split_by_files_each_group_replays_a_shuffle_of_its_own_files(tmp_path, 
             assert ids(again.batches(passes[number][stop - 1][1])) == ids(passes[number])[stop:]
         delivered += sum(ids(passes[0]), [])
     assert len(delivered) == len(set(delivered))
+
+
+@pytest.mark.parametrize("seed", [7, None])
+def test_a_shuffle_of_file_names_under_the_shuffle_is_replayed_not_saved(tmp_path, seed):
+    """The tutorials' file pipeline: ``list_files`` (which shuffles the names, unseeded by
+    default), an ``interleave`` of the files, a parse and a shuffle of the records. Both
+    shuffles are rebuilt for each pass: nothing is saved as a pass runs (the records' shuffle
+    buffer was saved in every iterator checkpoint), each group reads its own files, and a
+    resume continues exactly, in a fresh pipeline (another process's)."""
+    from test_tf_files import all_ids, write_files
+
+    from jaxload._src.pipelines.tf.split import files_of_group
+
+    sizes = [37, 50, 13, 60, 20, 31, 44, 5]
+    pattern = write_files(tmp_path, sizes)
+
+    def records():
+        return tf.data.Dataset.list_files(pattern, seed=seed).interleave(
+            tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2).map(
+                parse_id).shuffle(32, seed=3)
+
+    own = iterations(records(), 3)
+    delivered: list[list[int]] = [[], []]
+    for processes, k in [(1, 0), (4, 0), (4, 1), (4, 2), (4, 3)]:
+        group = share(records(), plan(processes, k))
+        assert group._replay is not None
+        passes = [list(group.batches(None)) for _ in range(3)]
+        assert all(set(position) == {"pass", "batches", "seeds"} and len(json.dumps(position))
+                   < 100 for batches in passes for _, position in batches)
+        got = [sum(ids(batches), []) for batches in passes]
+        if processes == 1 and seed is not None:  # the user's own iterations, pass by pass
+            assert got == [order[:len(got[0])] for order in own]
+        assert got[0] != got[1] != got[2]  # another order of the names and records each pass
+        if processes == 4:
+            assert group.sharding.mode == "files"
+            files = {i // 1000 for i in files_of_group(records(), 4, k).map(
+                lambda e: e["id"]).as_numpy_iterator()}  # TensorFlow's own split of the files
+            assert all({i // 1000 for i in rows} == files for rows in got)
+            delivered[0] += got[0]
+            delivered[1] += got[1]
+        for number, stop in [(0, 2), (2, len(passes[2]) - 1), (1, 5)]:
+            again = share(records(), plan(processes, k))
+            assert ids(again.batches(json.loads(json.dumps(passes[number][stop - 1][1])))) == (
+                ids(passes[number])[stop:]), (processes, k, number, stop)
+    for rows in delivered:  # every group its own records: none twice, and (16 a step) most
+        assert len(rows) == len(set(rows)) and set(rows) <= set(all_ids(sizes))
+        assert len(rows) > len(all_ids(sizes)) - 4 * 4 * 8
 
 
 @pytest.mark.parametrize("processes", [1, 4])

@@ -22,25 +22,28 @@ from jaxload._src.compat.grain import (
 from jaxload._src.compat.jax import distributed_client, thread_mesh
 from jaxload._src.compat.tf import (
     tf_auto_shard,
-    tf_batch,
     tf_from_graph,
     tf_global_seed,
     tf_graph,
     tf_input_index,
     tf_is_tensor_slices,
     tf_map_carrying,
-    tf_one_to_one,
     tf_op_attrs,
-    tf_repeat,
     tf_restore_iterator,
     tf_save_iterator,
-    tf_shuffle,
-    tf_shuffled,
     tf_skips_in_place,
     tf_source_tensors,
     tf_stateless,
 )
 from jaxload._src.compat.tf_logs import tf_log_level, tf_logs_at_fixed_level
+from jaxload._src.compat.tf_ops import (
+    tf_batch,
+    tf_interleave,
+    tf_one_to_one,
+    tf_repeat,
+    tf_shuffle,
+    tf_shuffled,
+)
 
 # (what reads it, the private path) for tests/test_compat.py
 PRIVATE = (
@@ -81,6 +84,11 @@ PRIVATE = (
     ("tf_batch", "batch_op._BatchDataset, _ParallelBatchDataset: _input_dataset, _batch_size, "
                  "_drop_remainder, _num_parallel_calls, _deterministic"),
     ("tf_op_attrs", "tensorflow.python.framework.op_def_registry.get"),
+    ("tf_interleave", "interleave_op._InterleaveDataset, _ParallelInterleaveDataset: "
+                      "_input_dataset, _map_func.function, _cycle_length, _block_length, "
+                      "_buffer_output_elements, _prefetch_input_elements, _num_parallel_calls, "
+                      "_common_args; gen_dataset_ops.interleave_dataset, "
+                      "parallel_interleave_dataset_v4"),
     ("tf_global_seed", "tensorflow.python.eager.context.global_seed"),
     ("tf_log_level", "absl::MinLogLevel, absl::SetMinLogLevel in libtensorflow_framework; "
                      "tsl::internal::MinLogLevelFromEnv (TensorFlow < 2.21)"),
@@ -91,7 +99,7 @@ __all__ = [
     "data_loader_operations", "data_loader_sampler", "data_loader_shard_options",
     "data_loader_source", "distributed_client", "drops_elements", "grain_below_maps",
     "grain_split_and_seeds", "tf_auto_shard", "tf_batch", "tf_from_graph", "tf_global_seed", "tf_graph",
-    "tf_input_index", "tf_is_tensor_slices", "tf_log_level", "tf_logs_at_fixed_level",
+    "tf_input_index", "tf_interleave", "tf_is_tensor_slices", "tf_log_level", "tf_logs_at_fixed_level",
     "tf_map_carrying", "tf_one_to_one", "tf_op_attrs", "tf_repeat", "tf_restore_iterator",
     "tf_save_iterator", "tf_shuffle", "tf_shuffled", "tf_skips_in_place", "tf_source_tensors",
     "tf_stateless", "thread_mesh", "PRIVATE",

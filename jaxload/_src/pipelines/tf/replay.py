@@ -58,7 +58,7 @@ from jaxload._src.pipelines.tf.graph import (
     unordered,
 )
 from jaxload._src.pipelines.tf.read import with_options_of
-from jaxload._src.pipelines.tf.shuffle import PASSES, PASSES_LOCK, Passes
+from jaxload._src.pipelines.tf.shuffle import PASSES, PASSES_LOCK, Passes, names_shuffle
 from jaxload._src.validate import is_nonnegative_int
 
 # dataset ops of an input that can give another order on another pass (or process): a shuffle
@@ -125,7 +125,8 @@ class Replay:
                 node, again = step
                 above.append(again)
         graph = graph if graph is not None else DatasetGraph.of(ds)
-        if not keeps_its_order(graph, shuffles=0 if found[1] is None else 1):
+        shuffles = 0 if found[1] is None else 1 + (names_shuffle(found[0]) is not None)
+        if not keeps_its_order(graph, shuffles=shuffles):
             return None
         source, *rest = found
         if found[1] is None:  # unshuffled: every pass is the same (nothing to count)
@@ -204,8 +205,9 @@ class Replay:
 
 
 def keeps_its_order(graph: DatasetGraph, shuffles: int = 1) -> bool:
-    """Whether a pipeline with ``shuffles`` shuffles (1 or 0) gives the same elements in the
-    same order on every pass, given the shuffle's seeds: no other shuffle or
+    """Whether a pipeline with ``shuffles`` shuffles (0, 1, or 2 where one shuffles file names
+    under the other: :func:`~jaxload._src.pipelines.tf.shuffle.names_shuffle`) gives the same
+    elements in the same order on every pass, given the shuffles' seeds: no other shuffle or
     ``Dataset.random``, no parallel op that hands out elements as they are ready, and random
     ops only where they change values, not which elements come (in a ``map``'s function, not a
     ``filter``'s or an ``interleave``'s)."""

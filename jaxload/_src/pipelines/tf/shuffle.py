@@ -64,6 +64,10 @@ class Passes:
             self.seeds = (draw.randrange(1, 2**31), draw.randrange(1, 2**31))
         self._base, self.below = peeled(self._whole) if self.shuffles else (self._whole, ())
         self._split = split
+        # peeled? -> the shuffle of file names under the input, if any (rebuilt for each twin)
+        self._names = {peel: names_shuffle(ds) for peel, ds in ((False, self._whole),
+                                                                 (True, self._base))}
+        self._names_twin: Any = None  # the twin of the names' shuffle last built
         self._built_inputs: dict[bool, Any] = {}  # peeled? -> the input the twin shuffles
         self._lock = threading.Lock()
         self._twins: dict[bool, tuple[Any, int]] = {}  # peeled? -> twin, iterators made of it
@@ -98,10 +102,15 @@ class Passes:
                 return number, self.input(False)
             twin, made = self._twins.get(peel, (None, -1))
             if twin is None or ahead or per_pass != 1 or number != made:  # a pass may end early
+                fresh = self._names[peel] is not None  # its names' shuffle positioned too
+                if fresh:
+                    self._built_inputs.pop(peel, None)
                 twin = compat.tf_shuffled(self.input(peel), self._size, self.seeds,
                                           self.reshuffles)
                 for _ in range(number + ahead if self.reshuffles else 0):
                     iter(twin)  # draws a pass's seeds; reads nothing
+                for _ in range(number + ahead if fresh else 0):
+                    iter(self._names_twin)  # the same for the names' shuffle
             self._twins[peel] = twin, number + per_pass
             return number, twin
 
@@ -110,5 +119,46 @@ class Passes:
         by files), or with ``peel`` the one under :attr:`below`. Split once, when first asked."""
         if peel not in self._built_inputs:
             ds = self._base if peel else self._whole
-            self._built_inputs[peel] = files_of_group(ds, *self._split) if self._split else ds
+            if (names := self._names[peel]) is not None:
+                ds = self._over_names(*names)
+            elif self._split:
+                ds = files_of_group(ds, *self._split)
+            self._built_inputs[peel] = ds
         return self._built_inputs[peel]
+
+    def _over_names(self, above: tuple[Callable[[Any], Any], ...], shuffle: tuple[Any, ...]
+                    ) -> Any:
+        """The input rebuilt over a twin of its shuffle of file names (this group's names
+        where split by files: the names TensorFlow's FILE rewrite gives it, the shard taken
+        where that rewrite takes it, on the names in memory), kept as :attr:`_names_twin`.
+        An unseeded names' shuffle gets seeds derived from the shuffle's own: any order is
+        its meaning, and every process and every resume then draws the same."""
+        names, size, seed, seed2, reshuffles = shuffle
+        if self._split:
+            names = names.shard(*self._split)
+        seeds = (seed, seed2) if (seed, seed2) != UNSEEDED else (
+            self.seeds[0] * 1_000_003 % (2**31 - 1) or 1, self.seeds[1] * 7_919 % (2**31 - 1) or 1)
+        self._names_twin = compat.tf_shuffled(names, size, seeds, reshuffles)
+        ds = self._names_twin
+        for again in above:
+            ds = again(ds)
+        return ds
+
+
+def names_shuffle(ds: Any) -> tuple[tuple[Callable[[Any], Any], ...], tuple[Any, ...]] | None:
+    """``ds`` as ops over a shuffle of file names in memory (``list_files``, or
+    ``from_tensor_slices(names).shuffle(...)``) through ``map``\\ s, ``prefetch``\\ es and
+    ``interleave``\\ s: those ops, each as a function applying it to another input, in the order
+    they apply, and the shuffle's ``(names, buffer_size, seed, seed2, reshuffle)``; None where
+    ``ds`` is not of that shape. Its order on each pass is then a function of the shuffles'
+    seeds and the pass's number, as the shuffle over ``ds`` needs for a replay."""
+    above: list[Callable[[Any], Any]] = []
+    while (shuffle := compat.tf_shuffle(ds)) is None:
+        step = compat.tf_one_to_one(ds) or compat.tf_interleave(ds)
+        if step is None:
+            return None
+        ds, again = step
+        above.append(again)
+    if not above or not compat.tf_is_tensor_slices(shuffle[0]):
+        return None
+    return tuple(reversed(above)), shuffle
