@@ -202,6 +202,13 @@ def test_an_interleave_is_read_and_applied_again_as_it_was():
         assert list(again(names).as_numpy_iterator()) == list(ds.as_numpy_iterator())
         assert list(again(names.skip(3)).as_numpy_iterator()) == [30, 40, 41, 42, 43, 44]
     assert compat.tf_interleave(names.map(lambda x: x)) is None
+    flat = names.flat_map(lambda i: tf.data.Dataset.range(table[i]))
+    source, again = compat.tf_interleave(flat)
+    assert source is names and list(again(names.skip(3)).as_numpy_iterator()) == [0, 0, 1, 2, 3, 4]
+    files = tf.data.Dataset.from_tensor_slices(["a", "b"])
+    for reads in (None, tf.data.AUTOTUNE):  # given a dataset of names: a flat map, an interleave
+        source, again = compat.tf_interleave(tf.data.TFRecordDataset(files, num_parallel_reads=reads))
+        assert source is files and again(files).element_spec == tf.TensorSpec([], tf.string)
 
 
 def test_a_shuffle_and_the_ops_over_it_are_rebuilt_as_they_were():

@@ -480,8 +480,8 @@ def test_split_by_files_each_group_replays_a_shuffle_of_its_own_files(tmp_path, 
     assert len(delivered) == len(set(delivered))
 
 
-@pytest.mark.parametrize("seed", [7, None])
-def test_a_shuffle_of_file_names_under_the_shuffle_is_replayed_not_saved(tmp_path, seed):
+@pytest.mark.parametrize("seed,form", [(7, "interleave"), (None, "reader"), (7, "flat_map")])
+def test_a_shuffle_of_file_names_under_the_shuffle_is_replayed_not_saved(tmp_path, seed, form):
     """The tutorials' file pipeline: ``list_files`` (which shuffles the names, unseeded by
     default), an ``interleave`` of the files, a parse and a shuffle of the records. Both
     shuffles are rebuilt for each pass: nothing is saved as a pass runs (the records' shuffle
@@ -495,9 +495,12 @@ def test_a_shuffle_of_file_names_under_the_shuffle_is_replayed_not_saved(tmp_pat
     pattern = write_files(tmp_path, sizes)
 
     def records():
-        return tf.data.Dataset.list_files(pattern, seed=seed).interleave(
-            tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2).map(
-                parse_id).shuffle(32, seed=3)
+        names = tf.data.Dataset.list_files(pattern, seed=seed)
+        read = {"interleave": lambda: names.interleave(
+                    tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2),
+                "reader": lambda: tf.data.TFRecordDataset(names),  # a flat map inside
+                "flat_map": lambda: names.flat_map(tf.data.TFRecordDataset)}[form]()
+        return read.map(parse_id).shuffle(32, seed=3)
 
     own = iterations(records(), 3)
     delivered: list[list[int]] = [[], []]

@@ -84,11 +84,12 @@ PRIVATE = (
     ("tf_batch", "batch_op._BatchDataset, _ParallelBatchDataset: _input_dataset, _batch_size, "
                  "_drop_remainder, _num_parallel_calls, _deterministic"),
     ("tf_op_attrs", "tensorflow.python.framework.op_def_registry.get"),
-    ("tf_interleave", "interleave_op._InterleaveDataset, _ParallelInterleaveDataset: "
-                      "_input_dataset, _map_func.function, _cycle_length, _block_length, "
-                      "_buffer_output_elements, _prefetch_input_elements, _num_parallel_calls, "
-                      "_common_args; gen_dataset_ops.interleave_dataset, "
-                      "parallel_interleave_dataset_v4"),
+    ("tf_interleave", "interleave_op._InterleaveDataset, _ParallelInterleaveDataset, "
+                      "flat_map_op._FlatMapDataset: _input_dataset, _map_func.function, "
+                      "_cycle_length, _block_length, _buffer_output_elements, "
+                      "_prefetch_input_elements, _num_parallel_calls, _common_args; "
+                      "readers.TFRecordDatasetV2._impl; gen_dataset_ops.interleave_dataset, "
+                      "parallel_interleave_dataset_v4, flat_map_dataset"),
     ("tf_global_seed", "tensorflow.python.eager.context.global_seed"),
     ("tf_log_level", "absl::MinLogLevel, absl::SetMinLogLevel in libtensorflow_framework; "
                      "tsl::internal::MinLogLevelFromEnv (TensorFlow < 2.21)"),

@@ -106,30 +106,38 @@ def tf_batch(ds: Any) -> tuple[Any, Callable[[Any], Any], int] | None:
 
 
 def tf_interleave(ds: Any) -> tuple[Any, Callable[[Any], Any]] | None:
-    """For a dataset that ``Dataset.interleave`` made (``interleave_op._InterleaveDataset``,
-    ``_ParallelInterleaveDataset``): its input, and a function that applies the same interleave
-    (the same traced function, cycle and block lengths, parallel calls and buffers) to another
-    input of the same element spec, its order deterministic (the caller replays only pipelines
-    whose order is); None for any other dataset."""
+    """For a dataset that ``Dataset.interleave`` or ``flat_map`` made (``interleave_op.
+    _InterleaveDataset``, ``_ParallelInterleaveDataset``, ``flat_map_op._FlatMapDataset``), or a
+    reader given a dataset of file names (``readers.TFRecordDatasetV2``, ``TextLineDatasetV2``,
+    ``FixedLengthRecordDatasetV2``: an interleave or a flat map in their ``_impl``): its input,
+    and a function that applies the same op (the same traced function, cycle and block lengths,
+    parallel calls and buffers) to another input of the same element spec, its order
+    deterministic (the caller replays only pipelines whose order is); None for any other."""
     from tensorflow.python.data.ops import dataset_ops
     from tensorflow.python.ops import gen_dataset_ops
 
+    if type(ds).__name__ in _READERS and hasattr(ds, "_impl"):
+        ds = ds._impl
     kind = type(ds).__name__
-    if kind not in ("_InterleaveDataset", "_ParallelInterleaveDataset"):
+    if kind not in ("_InterleaveDataset", "_ParallelInterleaveDataset", "_FlatMapDataset"):
         return None
     function = ds._map_func.function
 
     def again(new: Any) -> Any:
-        lengths = (ds._cycle_length, ds._block_length)
-        if kind == "_InterleaveDataset":
+        inputs = (new._variant_tensor, function.captured_inputs)
+        if kind == "_FlatMapDataset":
+            variant = gen_dataset_ops.flat_map_dataset(*inputs, f=function, **ds._common_args)
+        elif kind == "_InterleaveDataset":
             variant = gen_dataset_ops.interleave_dataset(
-                new._variant_tensor, function.captured_inputs, *lengths, f=function,
-                **ds._common_args)
+                *inputs, ds._cycle_length, ds._block_length, f=function, **ds._common_args)
         else:
             variant = gen_dataset_ops.parallel_interleave_dataset_v4(
-                new._variant_tensor, function.captured_inputs, *lengths,
-                ds._buffer_output_elements, ds._prefetch_input_elements, ds._num_parallel_calls,
-                f=function, deterministic="true", **ds._common_args)
+                *inputs, ds._cycle_length, ds._block_length, ds._buffer_output_elements,
+                ds._prefetch_input_elements, ds._num_parallel_calls, f=function,
+                deterministic="true", **ds._common_args)
         return dataset_ops._VariantDataset(variant, ds.element_spec)
 
     return ds._input_dataset, again
+
+
+_READERS = ("TFRecordDatasetV2", "TextLineDatasetV2", "FixedLengthRecordDatasetV2")
