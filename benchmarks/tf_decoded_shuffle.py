@@ -15,6 +15,14 @@ loader to its last batch, its first batch, and the first batch of a fresh loader
 10%, 50% and 90% of the pass (from its `set_state` to the batch); median of 3 interleaved rounds
 (min-max). Writes (or replaces) its section of benchmarks/results.md.
 
+Then the tutorials' form of the same pipeline, whose ``list_files`` shuffles the file names (its
+default, without a seed) under the shuffle of the records. jaxload rebuilds both shuffles for
+each pass (``names_shuffle`` in jaxload/_src/pipelines/tf/shuffle.py), so that its state is a
+few counts; *iterator checkpoints*: the same loader with that rebuild turned off, positioned by
+tf.data's iterator checkpoints, as before, which hold the records' shuffle buffer and are saved
+after the first batches, then spaced by their cost. Added: the state's bytes and one
+``get_state()`` at 50% of the pass.
+
 Run: .venv/bin/python benchmarks/tf_decoded_shuffle.py [--quick]
 """
 
@@ -38,46 +46,59 @@ BATCH = 128
 AT = (0.1, 0.5, 0.9)
 
 
-def user(pattern: str, buffer: int):
+def user(pattern: str, buffer: int, names: bool = False):
+    """The pipeline; ``names``: ``list_files`` shuffles the file names (its default)."""
     import tensorflow as tf
 
-    return tf.data.Dataset.list_files(pattern, shuffle=False).interleave(
+    return tf.data.Dataset.list_files(pattern, shuffle=names).interleave(
         tf.data.TFRecordDataset, cycle_length=4).map(
         parse, num_parallel_calls=tf.data.AUTOTUNE).shuffle(buffer, seed=1)
 
 
 @contextlib.contextmanager
-def as_written(on: bool):
-    """The replay with the decode left under the shuffle (``on``)."""
-    from jaxload._src.pipelines.tf import replay
+def variant(name: str):
+    """``"under"``: the replay with the decode left under the shuffle; ``"checkpointed"``: the
+    names' shuffle not rebuilt (the pipeline is not replayed); else jaxload as it is."""
+    from jaxload._src.pipelines.tf import replay, shuffle
 
-    moved = replay.Replay.peels
-    if on:
+    moved, found = replay.Replay.peels, replay.names_shuffle
+    if name == "under":
         replay.Replay.peels = property(lambda self: False)
+    if name == "checkpointed":
+        replay.names_shuffle = shuffle.names_shuffle = lambda ds: None
     try:
         yield
     finally:
-        replay.Replay.peels = moved
+        replay.Replay.peels, replay.names_shuffle = moved, found
+        shuffle.names_shuffle = found
 
 
-def one_round(pattern: str, buffer: int, written: bool) -> dict:
+def one_round(pattern: str, buffer: int, name: str) -> dict:
     layout = jaxload.data_parallel()
-    with as_written(written):
+    names = name in ("checkpointed", "replayed")
+    with variant(name):
         start = time.perf_counter()
-        loader = jaxload.from_tf_data(user(pattern, buffer), layout, global_batch_size=BATCH)
-        states, rows, first = [], [], None
-        for batch in loader:
+        loader = jaxload.from_tf_data(user(pattern, buffer, names), layout,
+                                      global_batch_size=BATCH)
+        states, rows, first, got = [], [], None, 0.0
+        for step, batch in enumerate(loader):
             if first is None:
                 first = time.perf_counter() - start
             rows.append(np.asarray(batch["id"]).tolist())
+            if step + 1 == 16:
+                begun = time.perf_counter()
+                loader.get_state()
+                got = time.perf_counter() - begun
             states.append(loader.get_state())
         whole = time.perf_counter() - start
+        assert ("saved" in states[0]["position"]) == (name == "checkpointed")
         resumed, sizes = {}, []
         for at in AT:
             stop = int(len(rows) * at)
             state = json.loads(json.dumps(states[stop - 1]))
             sizes.append(len(json.dumps(state)))
-            again = jaxload.from_tf_data(user(pattern, buffer), layout, global_batch_size=BATCH)
+            again = jaxload.from_tf_data(user(pattern, buffer, names), layout,
+                                         global_batch_size=BATCH)
             begun = time.perf_counter()
             again.set_state(state, head_start=False)
             batches = iter(again)
@@ -87,7 +108,7 @@ def one_round(pattern: str, buffer: int, written: bool) -> dict:
                                                           for b in batches]
             assert after == rows[stop:], f"a resume at {at:.0%} gave other rows"
     return {"pass": whole, "first": first, "resumed": resumed, "bytes": max(sizes),
-            "rows": rows}
+            "rows": rows, "get_state": got}
 
 
 def _cell(values: list[float]) -> str:
@@ -102,29 +123,37 @@ def main() -> None:
     buffers = (2_000,) if args.quick else (2_000, 10_000)
     told = [part if part.startswith("    ") else part.replace("\n", " ")
             for part in __doc__.split("\n\n")[1:5]]
-    lines = [SECTION, "", "## A shuffle of decoded images: the decode moved over the shuffle", "",
-             "\n\n".join(told), "",
-             "| shuffle buffer | decode | pass (ms) | first batch (ms) | resumed at 10% (ms) | "
-             "at 50% (ms) | at 90% (ms) | 90% / 10% | state bytes |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    columns = ("| shuffle buffer | {} | pass (ms) | first batch (ms) | resumed at 10% (ms) | "
+               "at 50% (ms) | at 90% (ms) | 90% / 10% | state bytes | get_state (ms) |")
+    rule = "|---|---|---|---|---|---|---|---|---|---|"
+    tables = {("under", "over"): [columns.format("decode"), rule],
+              ("checkpointed", "replayed"): [columns.format("positioned by"), rule]}
+    labels = {"under": "as written (under)", "over": "moved over",
+              "checkpointed": "iterator checkpoints", "replayed": "replay"}
     with tempfile.TemporaryDirectory() as directory:
         pattern = write_files(directory)
         for buffer in buffers:
-            results: dict[bool, list[dict]] = {False: [], True: []}
-            for _ in range(rounds):
-                for written in (True, False):
-                    results[written].append(one_round(pattern, buffer, written))
-            assert results[True][0]["rows"] == results[False][0]["rows"], "other rows"
-            for written in (True, False):
-                got = results[written]
-                resumed = [statistics.median(r["resumed"][at] for r in got) for at in AT]
-                lines.append(
-                    f"| {buffer:,} | {'as written (under)' if written else 'moved over'} | "
-                    f"{_cell([r['pass'] for r in got])} | {_cell([r['first'] for r in got])} | "
-                    + " | ".join(_cell([r["resumed"][at] for r in got]) for at in AT)
-                    + f" | {resumed[2] / resumed[0]:.2f} | {max(r['bytes'] for r in got):,} |")
-    lines += ["", "Both give the same rows in the same order, and each resume the rows after its "
-              "position (asserted).", "", ended(began)]
+            for pair, table in tables.items():
+                results: dict[str, list[dict]] = {name: [] for name in pair}
+                for _ in range(rounds):
+                    for name in pair:
+                        results[name].append(one_round(pattern, buffer, name))
+                if pair == ("under", "over"):
+                    assert results["under"][0]["rows"] == results["over"][0]["rows"], "other rows"
+                for name in pair:
+                    got = results[name]
+                    resumed = [statistics.median(r["resumed"][at] for r in got) for at in AT]
+                    table.append(
+                        f"| {buffer:,} | {labels[name]} | {_cell([r['pass'] for r in got])} | "
+                        f"{_cell([r['first'] for r in got])} | "
+                        + " | ".join(_cell([r["resumed"][at] for r in got]) for at in AT)
+                        + f" | {resumed[2] / resumed[0]:.2f} | {max(r['bytes'] for r in got):,}"
+                        f" | {_cell([r['get_state'] for r in got])} |")
+    lines = [SECTION, "", "## A shuffle of decoded images: the decode moved over the shuffle", "",
+             "\n\n".join(told[:4]), "", *tables[("under", "over")], "",
+             "Both give the same rows in the same order, and each resume the rows after its "
+             "position (asserted).", "", " ".join(__doc__.split("\n\n")[5].split("\n")), "",
+             *tables[("checkpointed", "replayed")], "", ended(began)]
     publish(Path(args.out), SECTION, lines)
 
 
