@@ -125,7 +125,7 @@ on process [0], "cd" on process [1]. ... pass the whole dataset, or keep your sp
         return None
     lines = [f"{key} {text}" for key, text in found]
     message = (f"the processes shard different datasets: {'; '.join(lines)}. {_FIX}"
-               f"{_hint(described)}" if found else "")
+               f"{_hint(described)}{_unsorted(described)}" if found else "")
     return " ".join(filter(None, (message, seeds)))
 
 
@@ -206,6 +206,17 @@ def _hint(described: dict[int, dict[str, Any]]) -> str:
     return (" Each process seems to hold its own share already (like ds[plan.shard_index::"
             "plan.shard_count]), which jaxload would split again: pass the whole dataset, or "
             "keep your split and pass shard=False.")
+
+
+def _unsorted(described: dict[int, dict[str, Any]]) -> str:
+    """The fix where every process lists the same file names (as a multiset: the unsharded
+    names' hash), in another order."""
+    names = {(d.get("same") or {}).get("file names") for d in described.values()}
+    meant = {(d.get("files") or [None])[0] for d in described.values()}
+    if len(names) < 2 or None in names or len(meant) != 1 or None in meant:
+        return ""
+    return (" Every process lists the same file names, in another order (as glob.glob or "
+            "os.listdir may): sort them (sorted(...)), as Dataset.list_files does.")
 
 
 def _lengths_as_sliced(described: dict[int, dict[str, Any]]) -> bool:
