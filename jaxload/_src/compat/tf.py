@@ -56,8 +56,6 @@ def tf_from_graph(graph: Any, element_spec: Any) -> Any:
     return dataset_ops._VariantDataset(variant, element_spec)
 
 
-
-
 def tf_source_tensors(ds: Any) -> list[Any]:
     """The tensors of every ``from_tensor_slices`` and ``from_tensors`` under ``ds``, depth
     first (``_TensorSliceDataset._tensors``, ``_TensorDataset._tensors``, found through each
@@ -80,13 +78,10 @@ def tf_is_tensor_slices(ds: Any) -> bool:
     return type(ds).__name__ == "_TensorSliceDataset"
 
 
-
 def tf_skips_in_place(ds: Any) -> bool:
     """Whether ``ds`` is a ``from_tensor_slices`` or a ``range`` (``_TensorSliceDataset``,
     ``_RangeDataset``): a source in memory, which tf.data skips in place."""
     return type(ds).__name__ in ("_TensorSliceDataset", "_RangeDataset")
-
-
 
 
 def tf_stateless(ds: Any) -> bool:
@@ -173,7 +168,6 @@ def tf_restore_iterator(iterator: Any, state: bytes) -> None:
 
     gen_dataset_ops.deserialize_iterator(iterator._iterator_resource,
                                          tf.io.parse_tensor(state, tf.variant))
-
 
 
 def tf_op_attrs(op: str) -> set[str]:

@@ -67,7 +67,6 @@ class Passes:
         # peeled? -> the shuffle of file names under the input, if any (rebuilt for each twin)
         self._names = {peel: names_shuffle(ds) for peel, ds in ((False, self._whole),
                                                                  (True, self._base))}
-        self._names_twin: Any = None  # the twin of the names' shuffle last built
         self._built_inputs: dict[bool, Any] = {}  # peeled? -> the input the twin shuffles
         self._lock = threading.Lock()
         self._twins: dict[bool, tuple[Any, int]] = {}  # peeled? -> twin, iterators made of it
@@ -102,15 +101,14 @@ class Passes:
                 return number, self.input(False)
             twin, made = self._twins.get(peel, (None, -1))
             if twin is None or ahead or per_pass != 1 or number != made:  # a pass may end early
-                fresh = self._names[peel] is not None  # its names' shuffle positioned too
-                if fresh:
-                    self._built_inputs.pop(peel, None)
+                names_twin: Any = None  # a fresh twin of the names' shuffle, positioned too
+                if (names := self._names[peel]) is not None:
+                    self._built_inputs[peel], names_twin = self._over_names(*names)
                 twin = compat.tf_shuffled(self.input(peel), self._size, self.seeds,
                                           self.reshuffles)
-                for _ in range(number + ahead if self.reshuffles else 0):
-                    iter(twin)  # draws a pass's seeds; reads nothing
-                for _ in range(number + ahead if fresh else 0):
-                    iter(self._names_twin)  # the same for the names' shuffle
+                for shuffled, draws in ((twin, self.reshuffles), (names_twin, True)):
+                    for _ in range(number + ahead if shuffled is not None and draws else 0):
+                        iter(shuffled)  # draws a pass's seeds; reads nothing
             self._twins[peel] = twin, number + per_pass
             return number, twin
 
@@ -120,17 +118,17 @@ class Passes:
         if peel not in self._built_inputs:
             ds = self._base if peel else self._whole
             if (names := self._names[peel]) is not None:
-                ds = self._over_names(*names)
+                ds = self._over_names(*names)[0]
             elif self._split:
                 ds = files_of_group(ds, *self._split)
             self._built_inputs[peel] = ds
         return self._built_inputs[peel]
 
     def _over_names(self, above: tuple[Callable[[Any], Any], ...], shuffle: tuple[Any, ...]
-                    ) -> Any:
+                    ) -> tuple[Any, Any]:
         """The input rebuilt over a twin of its shuffle of file names (this group's names
         where split by files: the names TensorFlow's FILE rewrite gives it, the shard taken
-        where that rewrite takes it, on the names in memory), kept as :attr:`_names_twin`.
+        where that rewrite takes it, on the names in memory), and that twin.
         An unseeded names' shuffle gets seeds derived from the shuffle's own: any order is
         its meaning, and every process and every resume then draws the same."""
         names, size, seed, seed2, reshuffles = shuffle
@@ -138,11 +136,10 @@ class Passes:
             names = names.shard(*self._split)
         seeds = (seed, seed2) if (seed, seed2) != UNSEEDED else (
             self.seeds[0] * 1_000_003 % (2**31 - 1) or 1, self.seeds[1] * 7_919 % (2**31 - 1) or 1)
-        self._names_twin = compat.tf_shuffled(names, size, seeds, reshuffles)
-        ds = self._names_twin
+        twin = ds = compat.tf_shuffled(names, size, seeds, reshuffles)
         for again in above:
             ds = again(ds)
-        return ds
+        return ds, twin
 
 
 def names_shuffle(ds: Any) -> tuple[tuple[Callable[[Any], Any], ...], tuple[Any, ...]] | None:
