@@ -18,9 +18,12 @@ loader to its last batch, its first batch, and the first batch of a fresh loader
 Then the tutorials' form of the same pipeline, whose ``list_files`` shuffles the file names (its
 default, without a seed) under the shuffle of the records. jaxload rebuilds both shuffles for
 each pass (``names_shuffle`` in jaxload/_src/pipelines/tf/shuffle.py), so that its state is a
-few counts; *iterator checkpoints*: the same loader with that rebuild turned off, positioned by
-tf.data's iterator checkpoints, as before, which hold the records' shuffle buffer and are saved
-after the first batches, then spaced by their cost. Added: the state's bytes and one
+few counts (*replay*). With that rebuild turned off, the pipeline is positioned by tf.data's
+iterator checkpoints, which hold the records' shuffle buffer, as any shuffle jaxload does not
+replay: *taken when asked*, as jaxload takes them now (jaxload/_src/pipelines/tf/on_demand.py:
+nothing saved as the pass runs, the checkpoint and the batches read ahead taken by
+``get_state()``), and *saved as it runs*, as before: after the first batches, then spaced by
+their cost. Added: the largest of the three states' bytes (as JSON, the buffers inline) and one
 ``get_state()`` at 50% of the pass.
 
 Run: .venv/bin/python benchmarks/tf_decoded_shuffle.py [--quick]
@@ -55,32 +58,39 @@ def user(pattern: str, buffer: int, names: bool = False):
         parse, num_parallel_calls=tf.data.AUTOTUNE).shuffle(buffer, seed=1)
 
 
+CHECKPOINTED = ("running", "asked")  # positioned by tf.data's iterator checkpoints
+
+
 @contextlib.contextmanager
 def variant(name: str):
-    """``"under"``: the replay with the decode left under the shuffle; ``"checkpointed"``: the
-    names' shuffle not rebuilt (the pipeline is not replayed); else jaxload as it is."""
-    from jaxload._src.pipelines.tf import replay, shuffle
+    """``"under"``: the replay with the decode left under the shuffle; ``"asked"``: the names'
+    shuffle not rebuilt (the pipeline is not replayed); ``"running"``: nor are its checkpoints
+    taken on demand (saved as the pass runs); else jaxload as it is."""
+    from jaxload._src.pipelines.tf import dataset, replay, shuffle
 
-    moved, found = replay.Replay.peels, replay.names_shuffle
+    moved, found, live = replay.Replay.peels, replay.names_shuffle, dataset.Live
     if name == "under":
         replay.Replay.peels = property(lambda self: False)
-    if name == "checkpointed":
+    if name in CHECKPOINTED:
         replay.names_shuffle = shuffle.names_shuffle = lambda ds: None
+    if name == "running":
+        dataset.Live = lambda: None
     try:
         yield
     finally:
         replay.Replay.peels, replay.names_shuffle = moved, found
-        shuffle.names_shuffle = found
+        shuffle.names_shuffle, dataset.Live = found, live
 
 
 def one_round(pattern: str, buffer: int, name: str) -> dict:
     layout = jaxload.data_parallel()
-    names = name in ("checkpointed", "replayed")
+    names = name in (*CHECKPOINTED, "replayed")
     with variant(name):
         start = time.perf_counter()
         loader = jaxload.from_tf_data(user(pattern, buffer, names), layout,
                                       global_batch_size=BATCH)
-        states, rows, first, got = [], [], None, 0.0
+        states, rows, first, got = {}, [], None, 0.0
+        steps = 32  # 4,096 records
         for step, batch in enumerate(loader):
             if first is None:
                 first = time.perf_counter() - start
@@ -89,13 +99,15 @@ def one_round(pattern: str, buffer: int, name: str) -> dict:
                 begun = time.perf_counter()
                 loader.get_state()
                 got = time.perf_counter() - begun
-            states.append(loader.get_state())
+            if step + 1 in (int(steps * at) for at in AT):
+                states[step + 1] = loader.get_state()
         whole = time.perf_counter() - start
-        assert ("saved" in states[0]["position"]) == (name == "checkpointed")
+        assert len(rows) == steps
+        assert ("saved" in states[16]["position"]) == (name in CHECKPOINTED)
         resumed, sizes = {}, []
         for at in AT:
             stop = int(len(rows) * at)
-            state = json.loads(json.dumps(states[stop - 1]))
+            state = json.loads(json.dumps(states[stop]))
             sizes.append(len(json.dumps(state)))
             again = jaxload.from_tf_data(user(pattern, buffer, names), layout,
                                          global_batch_size=BATCH)
@@ -127,9 +139,9 @@ def main() -> None:
                "at 50% (ms) | at 90% (ms) | 90% / 10% | state bytes | get_state (ms) |")
     rule = "|---|---|---|---|---|---|---|---|---|---|"
     tables = {("under", "over"): [columns.format("decode"), rule],
-              ("checkpointed", "replayed"): [columns.format("positioned by"), rule]}
-    labels = {"under": "as written (under)", "over": "moved over",
-              "checkpointed": "iterator checkpoints", "replayed": "replay"}
+              (*CHECKPOINTED, "replayed"): [columns.format("positioned by"), rule]}
+    labels = {"under": "as written (under)", "over": "moved over", "replayed": "replay",
+              "running": "checkpoints saved as it runs", "asked": "checkpoints taken when asked"}
     with tempfile.TemporaryDirectory() as directory:
         pattern = write_files(directory)
         for buffer in buffers:
@@ -153,7 +165,7 @@ def main() -> None:
              "\n\n".join(told[:4]), "", *tables[("under", "over")], "",
              "Both give the same rows in the same order, and each resume the rows after its "
              "position (asserted).", "", " ".join(__doc__.split("\n\n")[5].split("\n")), "",
-             *tables[("checkpointed", "replayed")], "", ended(began)]
+             *tables[(*CHECKPOINTED, "replayed")], "", ended(began)]
     publish(Path(args.out), SECTION, lines)
 
 

@@ -3,11 +3,12 @@ and a resume parses only what is left.
 
 Writes 16 TFRecord files of 128 records, reads them with the usual list_files -> interleave ->
 map(parse) pipeline (a counter in the parse), stops after 10 of 32 steps, and resumes a fresh
-loader from the state. The resume restores tf.data's iterator checkpoint, taken at or before
-the state's step, and parses only the records after it. The counter is a py_function, a
-stateful op, so jaxload checkpoints this pipeline with its buffers (under a symbolic checkpoint,
-positions only, TensorFlow would log a warning for that op at every element): the elements
-tf.data had parsed ahead come back from the checkpoint, and are not parsed again either.
+loader from the state. The counter is a py_function, a stateful op, so jaxload checkpoints this
+pipeline with its buffers (under a symbolic checkpoint, positions only, TensorFlow would log a
+warning for that op at every element): nothing is saved as the pass runs, and get_state takes
+tf.data's iterator checkpoint then, with the batches read ahead of the loop. The resume restores
+it, hands out those batches, and parses only the records after them: the elements tf.data had
+parsed ahead come back from the checkpoint, and are not parsed again either.
   jaxload launch -n 2 --local-devices 4 -- python examples/tf_files.py DIR
 """
 
@@ -72,10 +73,10 @@ parsed = [0]
 resumed = jaxload.from_tf_data(pipeline(parsed), layout, global_batch_size=64)
 resumed.set_state(state)
 steps = sum(1 for _ in resumed)
-saved = state["position"]["saved"]["batches"]  # the iterator's last save, at or before step 10
-at_most = (steps + 10 - saved) * loader.plan.local_batch_size
+saved = state["position"]["saved"]  # taken at step 10, with the batches read ahead
+ahead, local = len(saved["ahead"]), loader.plan.local_batch_size
 print(f"process {jax.process_index()}: stopped at step 10 of 32, resumed for {steps} steps, "
-      f"parsing {parsed[0]} records (at most {steps} x {loader.plan.local_batch_size} rows and "
-      f"the {10 - saved} batches after the iterator's last save, {at_most}: nothing before it); "
-      f"state: {len(str(state)):,} bytes, {state['backend']}, iterator saved after batch {saved}")
-assert 0 < parsed[0] <= at_most
+      f"parsing {parsed[0]} records (at most {steps - ahead} x {local} rows: the {ahead} batches "
+      f"read ahead of step 10 come from the state, nothing before it is read); state: "
+      f"{len(str(state)):,} bytes, {state['backend']}, iterator saved at batch {saved['batches']}")
+assert saved["batches"] == 10 and 0 < parsed[0] <= (steps - ahead) * local

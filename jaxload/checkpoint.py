@@ -3,7 +3,9 @@
 ``CheckpointSave(loader)`` and ``CheckpointRestore(loader)`` are Orbax checkpoint args registered
 for :class:`CheckpointHandler`, so they work in ``ocp.args.Composite`` with an
 ``ocp.CheckpointManager`` the way ``grain.checkpoint`` does. Each process writes its loader state
-as ``process_{i}-of-{n}.json`` in the item's directory.
+as ``process_{i}-of-{n}.json`` in the item's directory; where the state holds the buffers of a
+tf.data iterator checkpoint (a shuffle that is not replayed: ``loader.explain()`` says), their
+bytes go beside it, in ``process_{i}-of-{n}.bin``, not into the JSON.
 
 - The state is taken when ``CheckpointSave`` is built, i.e. at ``manager.save(...)``: an async
   save that finishes later still records the batches handed out before the call.

@@ -108,21 +108,21 @@ def test_resume_example_continues_with_the_same_batches(tmp_path):
 
 
 @pytest.mark.cluster
-def test_tf_files_example_reads_each_groups_files_and_resumes_reading_only_after_its_save(
+def test_tf_files_example_reads_each_groups_files_and_resumes_reading_only_after_its_state(
         tmp_path):
     out = launch_example("tf_files.py", 2, 4, str(tmp_path))
     assert "[0] input: tf.data by files: each loading group reads 8 of the 16 files" in out
+    assert "saved when a state is asked for (with the batches read ahead of the loop)" in out
     for p in range(2):
         found = re.search(rf"\[{p}\] process {p}: stopped at step 10 of 32, resumed for 22 steps, "
-                          r"parsing (\d+) records \(at most 22 x 32 rows and the (\d+) batches "
-                          r"after the iterator's last save, (\d+): nothing before it\).* "
-                          r"iterator saved after batch (\d+)", out)
+                          r"parsing (\d+) records \(at most (\d+) x 32 rows: the (\d+) batches "
+                          r"read ahead of step 10 come from the state, nothing before it is read\).*"
+                          r" iterator saved at batch 10", out)
         assert found, out
-        parsed, again, at_most, saved = (int(g) for g in found.groups())
-        # the iterator is saved after each of its first three batches, then spaced by its cost;
-        # what tf.data had parsed ahead comes back from the checkpoint's buffers
-        assert 3 <= saved <= 10 and again == 10 - saved and at_most == (22 + again) * 32
-        assert 0 < parsed <= at_most
+        parsed, left, ahead = (int(g) for g in found.groups())
+        # the iterator is saved when the state is asked for, at step 10: the batches read
+        # ahead of it, and what tf.data had parsed ahead, come back from the state
+        assert left == 22 - ahead and 0 < ahead and 0 < parsed <= left * 32
 
 
 @pytest.mark.cluster

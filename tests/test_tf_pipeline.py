@@ -238,6 +238,10 @@ def test_a_restored_iterator_continues_exactly(tmp_path, name, groups):
             assert position == {"pass": 0, "batches": stop, "seeds": [87654321, 2]}
         elif name == "range-map-batch":  # in memory, unshuffled: replayed too
             assert position == {"pass": 0, "batches": stop, "seeds": [0, 0]}
+        elif "live" in position:  # a checkpoint that holds buffers: taken when asked for
+            assert position["saved"] is None
+            position = first.settled(position)
+            assert position["saved"]["batches"] == stop and "live" not in position
         else:
             assert position["batches"] == stop and 1 <= position["saved"]["batches"] <= stop
         again = share(make(files), group_plan)
@@ -304,9 +308,9 @@ def test_a_pass_over_a_pipeline_with_a_stateful_op_writes_no_tensorflow_warnings
     capfd.readouterr()
     with iter(loader) as batches:
         steps = sum(1 for _ in itertools.islice(batches, 4))
-        saved = loader.get_state()["position"]["saved"]  # a checkpoint, with its buffers
+        saved = loader.get_state()["position"]["saved"]  # a checkpoint, taken now
         steps += sum(1 for _ in batches)
-    assert steps == 8 and 1 <= saved["batches"] <= 4
+    assert steps == 8 and saved["batches"] == 4
     assert "is stateful" not in capfd.readouterr().err
     loader = jaxload.from_tf_data(augmented(), jaxload.data_parallel(), global_batch_size=32)
     assert "is stateful" not in capfd.readouterr().err  # nor does building the loader
@@ -337,16 +341,56 @@ def test_the_passes_from_one_point_share_one_built_pipeline(monkeypatch):
     assert [b.tolist() for b, _ in group.batches(None)] == every and built == [0, 2, 0]
 
 
-def test_a_large_checkpoint_is_saved_less_often_and_reread_is_bounded():
+def big_shuffle():
     # a filter over the shuffle: not replayed (test_tf_replay.py), so its buffer is saved
-    ds = tf.data.Dataset.range(20_000).map(lambda x: {"id": x, "x": tf.fill([64], x)}).shuffle(
+    return tf.data.Dataset.range(20_000).map(lambda x: {"id": x, "x": tf.fill([64], x)}).shuffle(
         5000, seed=1).filter(lambda e: e["id"] >= 0)
-    group = share(ds, plan(processes=1, devices=8, index=0))
-    positions = [position for _, position in itertools.islice(group.batches(None), 200)]
-    saves = {p["saved"]["batches"] for p in positions}
-    assert 1 in saves and len(saves) < len(positions)  # large: not after every batch
-    state = base64.b64decode(positions[-1]["saved"]["state"])
-    assert len(state) > 5000 * 64  # the shuffle buffer is in it (int64 values as varints)
+
+
+def test_a_checkpoint_that_holds_buffers_is_taken_only_when_a_state_is_asked_for(monkeypatch):
+    monkeypatch.setattr(told, "_TOLD", set())  # told once per process
+    group = share(big_shuffle(), plan(processes=1, devices=8, index=0))
+    saves = []
+    monkeypatch.setattr(tf_iterator.compat, "tf_save_iterator",
+                        lambda *a, save=tf_iterator.compat.tf_save_iterator, **k:
+                        saves.append(1) or save(*a, **k))
+    batches = iter(group.batches(None))
+    read = [next(batches) for _ in range(12)]  # read ahead of the 5 handed out
+    assert not saves and all(p == {"batches": n, "saved": None, "live": p["live"]}
+                             for n, (_, p) in enumerate(read, 1))
+    with pytest.warns(UserWarning, match=r"state holds its buffers .* \d+ MB here"):
+        position = group.settled(read[4][1])
+    saved = position["saved"]
+    assert len(saves) == 1 and saved["batches"] == 5 and len(saved["ahead"]) == 7
+    assert len(base64.b64decode(saved["state"])) > 5000 * 64  # the shuffle buffer is in it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # told once
+        assert group.settled(read[6][1])["saved"]["batches"] == 7
+        taken = [position, json.loads(json.dumps(group.settled(read[11][1])))]
+    whole = [*read, *batches]  # the pass to its end
+    for state in taken:
+        again = share(big_shuffle(), plan(processes=1, devices=8, index=0))
+        rest = [b["id"].tolist() for b, _ in again.batches(state)]
+        assert rest == [b["id"].tolist() for b, _ in whole[state["batches"]:]]
+    # the pass ended: its iterator is kept for a state until the next pass starts
+    assert group.settled(whole[-1][1])["saved"]["ahead"] == []
+    assert group.settled(whole[0][1]) == {"batches": 1, "saved": None}  # not kept: re-read
+    next(iter(group.batches(None)))
+    assert group.settled(whole[-1][1]) == {"batches": len(whole), "saved": None}
+
+
+def test_batches_read_ahead_are_kept_with_their_leaves_types():
+    from jaxload._src.pipelines.tf import on_demand
+
+    ds = tf.data.Dataset.from_tensor_slices(
+        {"name": [b"a", b"bc"], "x": np.array([[1.5, 2.0], [3.0, 4.0]], np.float32)}).map(
+        lambda e: (e, tf.constant(7, tf.int8))).batch(2)
+    batch = next(ds.as_numpy_iterator())
+    back = on_demand.decoded(json.loads(json.dumps(on_demand.encoded(batch))), ds.element_spec)
+    assert back[0]["name"].tolist() == [b"a", b"bc"] and back[0]["x"].dtype == np.float32
+    assert back[1].tolist() == [7, 7] and back[1].dtype == np.int8
+    with pytest.raises(ValueError, match="batch read ahead that does not fit this pipeline"):
+        on_demand.decoded(on_demand.encoded(batch), tf.data.Dataset.range(2).element_spec)
 
 
 class Clock:

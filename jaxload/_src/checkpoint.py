@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 import jax
@@ -13,7 +12,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("jaxload.checkpoint needs orbax-checkpoint: pip install jaxload[orbax]") from e
 
-from jaxload._src.checkpoint_files import load_v1, save_v1, saved_state, state_file
+from jaxload._src.checkpoint_files import load_v1, save_v1, saved_state, state_file, write_state
 from jaxload._src.loader import Loader
 
 __all__ = ["CheckpointHandler", "CheckpointRestore", "CheckpointSave", "load_v1", "save_v1",
@@ -22,7 +21,8 @@ __all__ = ["CheckpointHandler", "CheckpointRestore", "CheckpointSave", "load_v1"
 
 # Orbax's v0 API (v1: the Loader itself); orbax is untyped, so its base classes are Any
 class CheckpointHandler(ocp.CheckpointHandler):  # type: ignore[misc]
-    """Saves and restores a :class:`~jaxload.Loader`'s state, one JSON file per process.
+    """Saves and restores a :class:`~jaxload.Loader`'s state, one JSON file per process (and
+    beside it, where the state holds a tf.data checkpoint's buffers, their bytes: ``.bin``).
 
     Orbax uses it for :class:`CheckpointSave` and :class:`CheckpointRestore` (see the module's
     example); it can also be called directly.
@@ -43,7 +43,7 @@ class CheckpointHandler(ocp.CheckpointHandler):  # type: ignore[misc]
 
     def save(self, directory: Any, args: CheckpointSave) -> None:
         path = state_file(directory, jax.process_index(), jax.process_count())
-        path.write_text(json.dumps(args.state, indent=1))
+        write_state(path, args.state)
 
     def restore(self, directory: Any, args: CheckpointRestore) -> Loader:
         args.loader.set_state(saved_state(directory))

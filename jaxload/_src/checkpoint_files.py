@@ -8,6 +8,8 @@ does not import :mod:`jaxload._src.loader`, which imports it through ``Checkpoin
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import re
 import time
@@ -24,6 +26,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("jaxload.checkpoint needs orbax-checkpoint: pip install jaxload[orbax]") from e
 
 _FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
+_BESIDE = 1024  # a string of a state longer than this (a checkpoint's buffers) goes beside
+_MARK = "jaxload.beside"  # a string written beside: {_MARK: [offset, length, "base64" or "text"]}
 _CREATED_TIMEOUT_S = 60.0  # how long a process waits for the primary to create the directory
 WRITTEN_TIMEOUT_S = 600.0  # how long a save waits for the slowest process's file (Orbax's own)
 
@@ -70,7 +74,61 @@ def saved_state(directory: Any) -> dict[str, Any]:
             raise FileNotFoundError(
                 f"no jaxload loader state (process_<i>-of-<n>.json) in {directory}")
         path = files[0][1]
-    state: dict[str, Any] = json.loads(path.read_text())
+    return read_state(path)
+
+
+def write_state(file: Any, state: dict[str, Any]) -> None:
+    """Writes ``state`` to ``file`` as JSON, each of its long strings (the buffers of a tf.data
+    iterator checkpoint, base64) as bytes in a file of its own beside it (``.bin``), only where
+    it has any.
+
+    Example:
+      >>> import tempfile
+      >>> file = epath.Path(tempfile.mkdtemp()) / "process_0-of-1.json"
+      >>> write_state(file, {"rows": 16, "position": {"state": "QUJD" * 20_000}})
+      >>> len(file.read_text()) < 200, file.with_suffix(".bin").stat().length
+      (True, 60000)
+      >>> read_state(file)["position"]["state"] == "QUJD" * 20_000
+      True
+    """
+    beside: list[bytes] = []
+
+    def out(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: out(v) for key, v in value.items()}
+        if isinstance(value, list):
+            return [out(v) for v in value]
+        if not isinstance(value, str) or len(value) <= _BESIDE:
+            return value
+        try:
+            data, kind = base64.b64decode(value, validate=True), "base64"
+        except binascii.Error:
+            data, kind = value.encode(), "text"
+        beside.append(data)
+        return {_MARK: [sum(map(len, beside[:-1])), len(data), kind]}
+
+    text = json.dumps(out(state), indent=1)
+    if beside:
+        file.with_suffix(".bin").write_bytes(b"".join(beside))
+    file.write_text(text)
+
+
+def read_state(file: Any) -> dict[str, Any]:
+    """The state :func:`write_state` wrote to ``file``."""
+    beside: list[bytes] = []
+
+    def back(value: Any) -> Any:
+        if isinstance(value, dict) and set(value) == {_MARK}:
+            if not beside:
+                beside.append(file.with_suffix(".bin").read_bytes())
+            offset, length, kind = value[_MARK]
+            data = beside[0][offset:offset + length]
+            return base64.b64encode(data).decode("ascii") if kind == "base64" else data.decode()
+        if isinstance(value, dict):
+            return {key: back(v) for key, v in value.items()}
+        return [back(v) for v in value] if isinstance(value, list) else value
+
+    state: dict[str, Any] = back(json.loads(file.read_text()))
     return state
 
 
@@ -96,7 +154,7 @@ async def save_v1(loader: Stateful, directory: Any) -> Coroutine[Any, Any, None]
         path = await directory.await_creation()
         file = state_file(path, jax.process_index(), jax.process_count())
         await asyncio.to_thread(_created, file.parent)
-        await asyncio.to_thread(file.write_text, json.dumps(state, indent=1))
+        await asyncio.to_thread(write_state, file, state)
         await asyncio.to_thread(_all_written, barrier)
 
     return write()

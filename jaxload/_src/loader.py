@@ -85,10 +85,9 @@ class Loader(Checkpointable, Explained):
         this process loads, ``config`` the validated options."""
         self.layout, self.config, self._schedule = layout, config, schedule
         self.plan = plan if schedule is None else schedule.plan  # (the pipeline's: plan)
-        self.prefetch = config.prefetch
-        self.remainder = config.remainder
-        self._pipeline = pipeline
-        self._reshard = resharder(plan, layout)  # with load_once: on the loop's thread
+        self.prefetch, self.remainder = config.prefetch, config.remainder
+        self._pipeline, self._reshard = pipeline, resharder(plan, layout)  # (load_once: loop's)
+        self._handed = getattr(pipeline, "handed", lambda position: None)  # (see Pipeline)
         self.name = whereabouts.loader_name(config.name)
         self._local_spec: Any = None
         self._stats = Stats(jax.process_index())
@@ -101,13 +100,11 @@ class Loader(Checkpointable, Explained):
     def __repr__(self) -> str:
         p, s = self.plan, self._schedule
         return (f"Loader(global_batch_size={s.as_json() if s else p.global_batch_size}, "
-                f"local_batch_size={p.local_batch_size}, "
-                f"shard_index={p.shard_index}, shard_count={p.shard_count}, "
-                f"remainder={self.remainder!r})")
+                f"local_batch_size={p.local_batch_size}, shard_index={p.shard_index}, "
+                f"shard_count={p.shard_count}, remainder={self.remainder!r})")
 
     def __iter__(self) -> LoaderIterator:
-        """A new pass (closing the previous one, if it is still open), from where
-        ``set_state`` put the loader, or from the start."""
+        """A new pass (closing one still open), from where ``set_state`` put it, or the start."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None and not ahead.closed:  # started by set_state: already reading
             return ahead
@@ -139,13 +136,12 @@ class Loader(Checkpointable, Explained):
         return current
 
     def _handed_out(self, position: dict[str, Any]) -> None:
-        """The iterator's report: the position after the batch it handed out."""
-        self._position = position
+        self._position = position  # the iterator's report, after each batch handed out
+        self._handed(position["position"])
 
     def close(self) -> None:
         """Ends the current pass on this process (the others end it at their next round)."""
-        self._ahead = None
-        current = self._current() if self._current is not None else None
+        self._ahead, current = None, self._current() if self._current is not None else None
         if current is not None:
             current.close()
 
@@ -211,9 +207,9 @@ class Loader(Checkpointable, Explained):
         1: [...]}}`` with ``ids`` keyed by loading group (``shard_index``). Host-side: no device
         work. See :mod:`jaxload._src.records`.
 
-        By default this process's group only. With ``all_processes=True`` (every process calls
-        it at the same point) process 0 gets every group's ids; the others get their own.
-        ``clear=True`` forgets the steps returned, to log them in chunks.
+        By default this process's group only; with ``all_processes=True`` (every process calls it
+        at the same point) process 0 gets every group's ids. ``clear=True`` forgets the steps
+        returned, to log them in chunks.
 
         Example:
           >>> import grain
@@ -256,8 +252,12 @@ class Loader(Checkpointable, Explained):
           (2, 32)
           >>> text = json.dumps(state)       # e.g. next to this process's model checkpoint
         """
+        settle = getattr(self._pipeline, "settled", lambda position: position)  # (on demand)
+        return self._described({**self._position, "position": settle(self._position["position"])})
+
+    def _described(self, position: dict[str, Any]) -> states.State:
         return states.describe(self._pipeline.backend, self.plan, self.remainder,
-                               self._pipeline.elastic, self._position, self._schedule)
+                               self._pipeline.elastic, position, self._schedule)
 
     def set_state(self, state: states.State, *, head_start: bool = True) -> None:
         """Makes the next pass continue from ``state`` (from ``get_state``), ending one still open.
@@ -290,8 +290,8 @@ class Loader(Checkpointable, Explained):
           >>> print(np.asarray(next(iter(bigger)))[[0, -1]])
           [32 63]
         """
-        self._resume = agreed_resume_point(state, self.get_state(), self._pipeline, self.name,
-                                           self.config.timeout_s)
+        self._resume = agreed_resume_point(state, self._described(self._position), self._pipeline,
+                                           self.name, self.config.timeout_s)
         self.close()  # a pass still open ends here: get_state now answers the restored state
         self._position = self._resume
         if head_start and self.config.prefetch:

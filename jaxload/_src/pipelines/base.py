@@ -36,7 +36,11 @@ class Pipeline(Protocol):
     A pipeline may also have ``check_position(resume, batch_a_step)``, called by ``set_state``
     on the point a state resumes at (``step``, ``origin``, backend ``position``; whether each
     step took one of its batches, not so under a batch-size schedule): a ValueError naming what
-    is wrong with the position, before any batch is read.
+    is wrong with the position, before any batch is read. And ``settled(position)``, called by
+    ``get_state`` on the backend position after the last batch handed out: the position as a
+    state keeps it, where a pipeline completes its positions only when a state is asked for
+    (a tf.data checkpoint that holds buffers: :mod:`~jaxload._src.pipelines.tf.on_demand`);
+    then also ``handed(position)``, told the position after each batch handed out.
     """
 
     backend: str

@@ -18,6 +18,7 @@ from jaxload._src.pipelines.tf.iterator import (
     positioning,
     saveable,
 )
+from jaxload._src.pipelines.tf.on_demand import Live
 from jaxload._src.pipelines.tf.order import check_same_order, constants, structure, unseen_order
 from jaxload._src.pipelines.tf.probe import Probe as _Probe
 from jaxload._src.pipelines.tf.read import read_graph, with_options_of
@@ -80,6 +81,9 @@ class TfDataset:
         self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
             f"tf.data/{self.sharding.mode}")
         self._save = saveable(graph)
+        live = None if self._symbolic or self._replay else Live()  # buffers: saved on demand
+        self._live, self.settled = live, live.settled if live else (lambda position: position)
+        self.handed = live.handed if live else (lambda position: None)
         self.positioning = positioning(self._replay.passes.shuffles if self._replay else None,
                                        self._save, self._symbolic)
         self.batches = self.from_row(0)
@@ -132,9 +136,7 @@ class TfDataset:
             if (skip, count) not in built:
                 pipeline, length = self._proved(start, skip) if self._stream else (
                     self._batched_group(group, skip), None)
-                if self._symbolic or count or self._stream:  # a checkpoint with buffers would
-                    pipeline = pipeline.prefetch(tf.data.AUTOTUNE)  # hold its batches
-                pipeline = pipeline.with_options(options)
+                pipeline = pipeline.prefetch(tf.data.AUTOTUNE).with_options(options)
                 built.clear()  # a resume skipping batches builds its own, once
                 built[skip, count] = pipeline, length if self._stream else _length(pipeline)
             return built[skip, count]
@@ -151,7 +153,7 @@ class TfDataset:
                                length=length, describe=self._same.described,
                                proves=bool(self._stream))
             remaining = length - consumed if length not in (None, INFINITE) else length
-            return Batches(read(checkpointed(pipeline, position,
+            return Batches(read(checkpointed(pipeline, position, live=self._live,
                                              ignore_external_state=bool(self._save))),
                            length=remaining, describe=self._same.described,
                            proves=bool(self._stream))

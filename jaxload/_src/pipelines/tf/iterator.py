@@ -3,9 +3,11 @@ checkpoints: a resume restores the iterator instead of reading everything before
 
 A position is ``{"batches": n, "saved": {"batches": m, "state": ...}}``: ``n`` batches were
 handed out, and ``state`` is the iterator's checkpoint after batch ``m <= n`` (base64 of what
-``tf.train.Checkpoint`` would write of it: with ``experimental_symbolic_checkpoint`` where every
-op supports it, positions only; otherwise the buffers too, e.g. a shuffle buffer). A resume
-restores the checkpoint and reads the ``n - m`` batches after it again.
+``tf.train.Checkpoint`` would write of it, with ``experimental_symbolic_checkpoint``: positions
+only). A resume restores the checkpoint and reads the ``n - m`` batches after it again. Where
+the checkpoint would hold buffers (a shuffle buffer: the pipeline is not symbolic), nothing is
+saved as the pass runs: :mod:`~jaxload._src.pipelines.tf.on_demand` takes it when a state is
+asked for.
 
 A checkpoint is saved after each of the first ``_FIRST`` batches, then whenever the reading
 thread's time since the last save (reading, and what the thread does between reads: agreeing,
@@ -14,11 +16,9 @@ of the last ``_FIRST`` saves, on the thread that saves. CPU time, not wall time:
 about 0.05-0.5 ms, and on a loaded machine one preemption in it (a scheduler quantum, several
 ms) would multiply its wall time, and with it the spacing, tenfold; the median, since a
 pipeline's first save (TensorFlow's first use of the ops) can cost far more. Saving then takes
-about ``1/_RATIO`` (1%) of the reading thread's time, whether the checkpoint is symbolic
-(positions only) or holds buffers (a shuffle buffer, the decoded elements a parallel ``map``
-holds: tens of milliseconds). A resume re-reads the batches read since the last save: what the
-reading thread read in about ``_RATIO`` saves' worth of time (5-50 ms for a symbolic
-checkpoint), however far into the pass it is. The checkpoint belongs to the thread that reads
+about ``1/_RATIO`` (1%) of the reading thread's time. A resume re-reads the batches read
+since the last save: what the reading thread read in about ``_RATIO`` saves' worth of time
+(5-50 ms), however far into the pass it is. The checkpoint belongs to the thread that reads
 (the read-ahead's), so it is the iterator's state right after a batch, never ahead of it.
 
 A pipeline whose iterator tf.data cannot save (its position is a count of batches, ``int``) is
@@ -43,6 +43,7 @@ import numpy as np
 
 from jaxload._src import compat
 from jaxload._src.pipelines.tf.graph import DatasetGraph
+from jaxload._src.pipelines.tf.on_demand import Live
 from jaxload._src.told import warn_once
 from jaxload._src.trees import HostBatch
 from jaxload._src.validate import is_nonnegative_int
@@ -55,11 +56,13 @@ _LEAST = 1e-5  # the least a save is taken to cost (s): a coarse CPU clock can r
 
 
 def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_external_state: bool,
-                 clock: Callable[[], float] = time.perf_counter,
+                 live: Live | None = None, clock: Callable[[], float] = time.perf_counter,
                  cost_clock: Callable[[], float] = time.thread_time,
                  ) -> Iterator[tuple[HostBatch, dict[str, Any] | int]]:
     """``pipeline``'s batches as numpy, each with the position after it, from ``position``
-    (None: the start); ``clock`` times the time between saves, ``cost_clock`` the saves.
+    (None: the start); ``clock`` times the time between saves, ``cost_clock`` the saves. With
+    ``live`` (a checkpoint that holds buffers) nothing is saved as the pass runs: ``live`` takes
+    a checkpoint when a state is asked for (:mod:`~jaxload._src.pipelines.tf.on_demand`).
 
     Example:
       >>> import tensorflow as tf
@@ -71,15 +74,26 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
     import tensorflow as tf
 
     owned = [iter(pipeline)]  # the only reference to the iterator: see release()
-    done = 0
+    done, ahead = 0, []
     saved = position["saved"] if position else None
     if saved is not None:
         restore(owned[0], saved["state"])
-        done = saved["batches"]
-    for _ in range((position or {}).get("batches", 0) - done):  # read again since the checkpoint
+        done, ahead = saved["batches"], saved.get("ahead", [])
+    handed = (position or {}).get("batches", 0)
+    if live is not None:
+        batches = live.batches(owned.pop(), pipeline.element_spec, done, ahead, release=release,
+                               save=lambda iterator: save(iterator, ignore_external_state))
+        for _ in range(handed - done):  # read again since the checkpoint
+            next(batches, None)
+        yield from batches
+        return
+    if ahead:
+        raise ValueError("the state's tf.data position holds batches read ahead, which only a "
+                         "pipeline whose checkpoint holds buffers takes: is it the pipeline the "
+                         "state was taken with?")
+    for _ in range(handed - done):  # read again since the checkpoint
         if next(owned[0], None) is None:
             return release(owned)
-    handed = (position or {}).get("batches", 0)
     costs: collections.deque[float] = collections.deque(maxlen=_FIRST)
     since, saving = clock(), True
     while True:
@@ -90,7 +104,7 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
         if saving and (len(costs) < _FIRST
                        or clock() - since >= _RATIO * max(statistics.median(costs), _LEAST)):
             started = cost_clock()
-            state = _save(owned[0], ignore_external_state)
+            state = save(owned[0], ignore_external_state)
             saving = state is not None
             if state is not None:
                 saved = {"batches": handed, "state": base64.b64encode(state).decode("ascii")}
@@ -125,7 +139,7 @@ def release(owned: list[Any]) -> None:
     threading.Thread(target=owned.clear, name="jaxload-tf-release").start()
 
 
-def _save(iterator: Any, ignore_external_state: bool) -> bytes | None:
+def save(iterator: Any, ignore_external_state: bool) -> bytes | None:
     """The iterator's checkpoint; None (told once) where tf.data refuses to save it after all
     (an op with state outside the pipeline that the graph did not show): positions are then
     counts of batches, resumed by skipping."""
@@ -185,9 +199,12 @@ def checked_batches(position: Any, proved: bool = False) -> int:
     consumed, saved = position["batches"], position["saved"]
     if not is_nonnegative_int(consumed) or not (saved is None or isinstance(saved, dict) and (
             is_nonnegative_int(saved.get("batches")) and isinstance(saved.get("state"), str)
-            and saved["batches"] <= consumed)):
+            and saved["batches"] <= consumed and set(saved) <= {"batches", "state", "ahead"}
+            and isinstance(saved.get("ahead", []), list)
+            and all(isinstance(a, str) for a in saved.get("ahead", [])))):
         raise ValueError("the state's tf.data position must be {'batches': n, 'saved': None or "
-                         f"{{'batches': m <= n, 'state': str}}}}, got {position!r:.160}")
+                         f"{{'batches': m <= n, 'state': str, 'ahead': [str, ...] (optional)}}}}, "
+                         f"got {position!r:.160}")
     if saved is not None and bool(position.get("proved")) != proved:
         taken, this = ("", "not ") if position.get("proved") else ("not ", "")
         raise ValueError(
@@ -224,6 +241,8 @@ def positioning(replayed: bool | None, save: bool | None, symbolic: bool) -> str
         return f"{how} (nothing is saved as a pass runs)"
     if save is None:
         return "re-reads every batch before its position (tf.data cannot save its iterator)"
-    return ("restores tf.data's iterator checkpoint, " + (
-        "positions only (symbolic)" if symbolic else "which holds the pipeline's buffers")
-        + ", saved after batches as a pass runs, spaced by its cost")
+    if not symbolic:
+        return ("restores tf.data's iterator checkpoint, which holds the pipeline's buffers, "
+                "saved when a state is asked for (with the batches read ahead of the loop)")
+    return ("restores tf.data's iterator checkpoint, positions only (symbolic), saved after "
+            "batches as a pass runs, spaced by its cost")

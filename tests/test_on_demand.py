@@ -1,0 +1,114 @@
+"""A tf.data pipeline whose iterator checkpoint holds buffers (a shuffle that is not replayed)
+saves nothing as a pass runs: a state takes the checkpoint when it is asked for, with the
+batches read ahead of the loop, and jaxload.checkpoint writes those bytes beside the state's
+JSON (jaxload/_src/pipelines/tf/on_demand.py). In real processes, through Orbax, where the
+parent reads every step's shards."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_tf_replay import rows
+
+import jaxload
+from placement import record
+
+tf = pytest.importorskip("tensorflow")
+pytest.importorskip("orbax.checkpoint")
+N, BUFFER = 1200, 500
+
+
+def filtered():
+    """A shuffle with a filter over it: not replayed, so its checkpoint holds the buffer
+    (500 elements of 2 KB). Split by elements, so the stream proof's fingerprints go along."""
+    ds = tf.data.Dataset.from_tensor_slices(
+        {"id": np.arange(N), "x": np.arange(N * 512, dtype=np.float32).reshape(N, 512)})
+    return ds.shuffle(BUFFER, seed=4).filter(lambda e: e["id"] % 7 != 3)
+
+
+def run_and_resume(directory: str, api: str, stop: int) -> dict:
+    """Worker: a pass, then the next with an Orbax checkpoint at step ``stop``, then a fresh
+    loader over a fresh pipeline restored from it."""
+    import jax
+    from test_schedule import orbax_checkpoint
+
+    def loader():
+        return jaxload.from_tf_data(filtered(), jaxload.data_parallel(), global_batch_size=16)
+
+    kept = loader()
+    for _ in kept:
+        pass
+    steps = []
+    for step, batch in enumerate(kept):
+        steps.append(record(batch))
+        if step + 1 == stop:
+            orbax_checkpoint(api, directory, kept, save=True)
+    resumed = loader()
+    orbax_checkpoint(api, directory, resumed, save=False)
+    files = {p.name: p.stat().st_size for p in Path(directory).rglob("process_*")}
+    return dict(process_index=jax.process_index(), steps=steps, files=files,
+                after=[record(batch) for batch in resumed], explain=kept.explain())
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("api", ["v0", "v1"])
+def test_a_state_with_buffers_is_taken_when_asked_and_written_beside_in_real_processes(
+        clusters, tmp_path, api):
+    stop = 20  # of 64 steps: the shuffle's input not read to its end, its buffer full
+    results = clusters.run(run_and_resume, num_processes=2, local_devices=2,
+                           args=(str(tmp_path / "ckpt"), api, stop), timeout_s=240)
+    steps = len(results[0]["steps"])
+    kept = N - len(range(3, N, 7))
+    assert steps == kept // 16 and all(len(r["after"]) == steps - stop for r in results)
+    assert [rows(results, "after", s) for s in range(steps - stop)] == [
+        rows(results, "steps", s) for s in range(stop, steps)]
+    delivered = sum((rows(results, "steps", s) for s in range(steps)), [])
+    assert len(delivered) == len(set(delivered)) == 16 * steps
+    assert "saved when a state is asked for" in results[0]["explain"]
+    files = results[0]["files"]
+    for i in range(2):  # the JSON holds counts; the buffer (500 x 2 KB) is beside it
+        assert files[f"process_{i}-of-2.json"] < 20_000 < BUFFER * 2048 < files[f"process_{i}-of-2.bin"]
+
+
+def test_a_state_with_buffers_keeps_json_as_get_state_returns_it(tmp_path, monkeypatch):
+    from jaxload._src import told
+    from jaxload._src.checkpoint_files import read_state, write_state
+
+    monkeypatch.setattr(told, "_TOLD", set())  # told once per process
+    loader = jaxload.from_tf_data(filtered(), jaxload.data_parallel(), global_batch_size=16)
+    with iter(loader) as batches:
+        first = [np.asarray(next(batches)["id"]).tolist() for _ in range(3)]
+        with pytest.warns(UserWarning, match="state holds its buffers"):
+            state = loader.get_state()
+        rest = [np.asarray(b["id"]).tolist() for b in batches]
+    assert state["position"]["saved"]["batches"] == 3 and first
+    text = json.dumps(state)  # a state is JSON as it is: the buffers inline, base64
+    assert len(text) > BUFFER * 2048
+    write_state(Path(tmp_path, "process_0-of-1.json"), state)
+    assert read_state(Path(tmp_path, "process_0-of-1.json")) == json.loads(text)
+    fresh = jaxload.from_tf_data(filtered(), jaxload.data_parallel(), global_batch_size=16)
+    fresh.set_state(json.loads(text))
+    assert [np.asarray(b["id"]).tolist() for b in fresh] == rest
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda saved: saved.update(ahead="batches"), r"'ahead': \[str, ...\] \(optional\)"),
+    (lambda saved: saved.update(ahead=[1]), r"'ahead': \[str, ...\] \(optional\)"),
+    (lambda saved: saved.update(extra=1), r"'ahead': \[str, ...\] \(optional\)"),
+    (lambda saved: saved.update(batches=4), r"'batches': m <= n"),
+])
+def test_a_malformed_state_with_buffers_is_refused_naming_the_field(change, words):
+    loader = jaxload.from_tf_data(filtered(), jaxload.data_parallel(), global_batch_size=16)
+    with iter(loader) as batches:
+        next(batches), next(batches), next(batches)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the state's size, told once
+            state = loader.get_state()
+    change(state["position"]["saved"])
+    fresh = jaxload.from_tf_data(filtered(), jaxload.data_parallel(), global_batch_size=16)
+    with pytest.raises(ValueError, match=words):
+        fresh.set_state(state)
