@@ -66,6 +66,7 @@ bench: install
 	$(PY) benchmarks/schedule_cost.py
 	$(PY) benchmarks/tf_files.py
 	$(PY) benchmarks/tf_memory.py
+	$(PY) benchmarks/tf_decoded_shuffle.py
 	$(PY) benchmarks/group_proof.py
 	$(PY) benchmarks/stream_proof.py
 	$(PY) benchmarks/step_cost.py

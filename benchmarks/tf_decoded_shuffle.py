@@ -24,7 +24,8 @@ replay: *taken when asked*, as jaxload takes them now (jaxload/_src/pipelines/tf
 nothing saved as the pass runs, the checkpoint and the batches read ahead taken by
 ``get_state()``), and *saved as it runs*, as before: after the first batches, then spaced by
 their cost. Added: the largest of the three states' bytes (as JSON, the buffers inline) and one
-``get_state()`` at 50% of the pass.
+``get_state()`` at 50% of the pass. The pass includes the four ``get_state()`` calls (the three
+states, the timed one).
 
 Run: .venv/bin/python benchmarks/tf_decoded_shuffle.py [--quick]
 """

@@ -11,9 +11,11 @@ import warnings
 _TOLD: set[str] = set()
 
 
-def warn_once(message: str, category: type[Warning] = UserWarning, *, stacklevel: int = 1) -> None:
-    """``warnings.warn(message, category)``, unless this process was told ``message`` already.
-    ``stacklevel`` counts from the caller, as ``warnings.warn``'s does.
+def warn_once(message: str, category: type[Warning] = UserWarning, *, stacklevel: int = 1,
+              key: str | None = None) -> None:
+    """``warnings.warn(message, category)``, unless this process was told ``message`` (or
+    another message with the same ``key``) already. ``stacklevel`` counts from the caller, as
+    ``warnings.warn``'s does.
 
     Example:
       >>> import warnings
@@ -24,9 +26,9 @@ def warn_once(message: str, category: type[Warning] = UserWarning, *, stacklevel
       >>> len(seen)
       1
     """
-    if message in _TOLD:
+    if (key or message) in _TOLD:
         return
-    _TOLD.add(message)
+    _TOLD.add(key or message)
     warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 

@@ -132,7 +132,8 @@ class Live:
                           f"batches read ahead): {size / 1e6:.0f} MB here, taken when the state "
                           "is asked for. jaxload.checkpoint writes them beside the state's JSON; "
                           "a seeded shuffle right above an in-memory source or file names is "
-                          "replayed instead (a few bytes: see loader.explain())", stacklevel=4)
+                          "replayed instead (a few bytes: see loader.explain())", stacklevel=4,
+                          key="on_demand.size")
         return {**{k: v for k, v in position.items() if k != "live"}, "saved": saved}
 
 

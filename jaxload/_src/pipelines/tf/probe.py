@@ -80,6 +80,7 @@ class Probe:
                                     files=files).to_json()
         return self._found
 
+    @functools.cache  # noqa: B019 - once per loader (each get_state asks)
     def fingerprint(self) -> str:
         """What a state records of the pipeline, checked when it is restored: its structure, its
         constants (seeds, sizes) and the arrays under it (16 hex digits)."""
