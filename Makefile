@@ -66,12 +66,12 @@ bench: install
 	$(PY) benchmarks/schedule_cost.py
 	$(PY) benchmarks/tf_files.py
 	$(PY) benchmarks/tf_memory.py
-	$(PY) benchmarks/tf_decoded_shuffle.py
 	$(PY) benchmarks/group_proof.py
 	$(PY) benchmarks/stream_proof.py
 	$(PY) benchmarks/step_cost.py
 	$(PY) benchmarks/order_check.py
 	$(PY) benchmarks/tf_decoded_shuffle.py
+	$(PY) benchmarks/matrix.py
 
 lint: install
 	$(PY) -m ruff check jaxload tests examples

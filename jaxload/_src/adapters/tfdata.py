@@ -141,13 +141,18 @@ def from_tf_data(
       >>> next(iter(loader))["x"].shape
       (128,)
 
-    Resuming: ``loader.get_state()`` holds tf.data's own checkpoint of this group's iterator
-    (symbolic, positions only, where every op supports it: a parallel ``interleave`` keeping
-    its order is then rebuilt as a sequential one whose open inputs each read ahead on their own
-    thread, the same elements in the same order; otherwise with its buffers, e.g. a shuffle
-    buffer), saved whenever the reading thread's time since the last save reaches 100 times a
-    save's cost (at most 1% of its time), and ``set_state`` on the same plan restores it and
-    reads the few batches after that save again, nothing before it. Sharded by elements, a
+    Resuming: a seeded ``shuffle`` over an in-memory source or over file names, and an
+    in-memory source without one, are positioned by replay: a state of a few counts, nothing
+    saved as a pass runs. Otherwise ``loader.get_state()`` holds tf.data's own checkpoint of
+    this group's iterator. Where every op supports it, it is symbolic (positions only: a
+    parallel ``interleave`` keeping its order is then rebuilt as a sequential one whose open
+    inputs each read ahead on their own thread, the same elements in the same order), saved
+    whenever the reading thread's time since the last save reaches 100 times a save's cost (at
+    most 1% of its time), and ``set_state`` on the same plan restores it and reads the few
+    batches after that save again, nothing before it. Where it holds buffers (a shuffle that is
+    not replayed), ``get_state`` takes it when called, with the batches read ahead of the loop,
+    which a resume hands out first; ``jaxload.checkpoint`` writes those bytes beside the
+    state's JSON. Sharded by elements, a
     state also continues on another topology at its global row (``ds.skip(rows).shard(K, k)``;
     see :mod:`jaxload._src.state`); sharded by files it continues on the same topology only,
     and ``set_state`` says so on every process.
