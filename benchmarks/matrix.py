@@ -43,7 +43,7 @@ from pathlib import Path
 import grain
 import tf_memory
 from matrix_data import Augment, Source, arrays, augment
-from sections import arguments, ended, ms_cell, publish
+from sections import arguments, ended, ms_cell, publish, slowest
 from tf_files import FILES, RECORDS, parse, write_files
 
 import jaxload
@@ -187,10 +187,6 @@ def cells(rounds: int, pattern: str) -> dict:
     return out
 
 
-def _slowest(series: list[list[float]]) -> list[float]:
-    return [max(values) for values in zip(*series, strict=True)]
-
-
 def lines_of(topology: str, results: list[dict]) -> list[str]:
     lines, processes = [], len(results)
     for row in ROWS:
@@ -200,8 +196,7 @@ def lines_of(topology: str, results: list[dict]) -> list[str]:
             continue
         size, first, then = (max(r[f"{row}|state"][i] for r in results) for i in range(3))
         for kept in (True, False):
-            times = {m: _slowest([r[f"{row}|{kept}|{m}"] for r in results])
-                     for m in ("recipe", "jaxload")}
+            times = {m: slowest(results, f"{row}|{kept}|{m}") for m in ("recipe", "jaxload")}
             ratio = statistics.median(times["jaxload"]) / statistics.median(times["recipe"])
             lines.append(
                 f"| {topology} | {row[0]} | {row[1]} | {batch} | "

@@ -92,6 +92,7 @@ def write_state(file: Any, state: dict[str, Any]) -> None:
       True
     """
     beside: list[bytes] = []
+    written = [0]  # bytes of beside so far
 
     def out(value: Any) -> Any:
         if isinstance(value, dict):
@@ -105,7 +106,8 @@ def write_state(file: Any, state: dict[str, Any]) -> None:
         except binascii.Error:
             data, kind = value.encode(), "text"
         beside.append(data)
-        return {_MARK: [sum(map(len, beside[:-1])), len(data), kind]}
+        written[0] += len(data)
+        return {_MARK: [written[0] - len(data), len(data), kind]}
 
     text = json.dumps(out(state), indent=1)
     if beside:

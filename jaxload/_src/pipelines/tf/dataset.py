@@ -81,9 +81,9 @@ class TfDataset:
         self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
             f"tf.data/{self.sharding.mode}")
         self._save = saveable(graph)
-        live = None if self._symbolic or self._replay else Live()  # buffers: saved on demand
-        self._live, self.settled = live, live.settled if live else (lambda position: position)
-        self.handed = live.handed if live else (lambda position: None)
+        self._live = None if self._symbolic or self._replay else Live()  # buffers: on demand
+        if self._live is not None:  # (Pipeline's optional settled and handed)
+            self.settled, self.handed = self._live.settled, self._live.handed
         self.positioning = positioning(self._replay.passes.shuffles if self._replay else None,
                                        self._save, self._symbolic)
         self.batches = self.from_row(0)
