@@ -18,6 +18,7 @@ batch missing.
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from pathlib import Path
 
 import grain
@@ -90,10 +91,10 @@ def restore(case: dict, loader, layout, directory: Path) -> int | None:
         assert restored["loader"] is loader
         return int(restored["params"]["rows"])
     if case["orbax"]:
-        manager = ocp.CheckpointManager(directory.absolute())
-        restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(
-            params=ocp.args.StandardRestore({"rows": abstract}),
-            data=jaxload.checkpoint.CheckpointRestore(loader)))
+        with closing(ocp.CheckpointManager(directory.absolute())) as manager:
+            restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(
+                params=ocp.args.StandardRestore({"rows": abstract}),
+                data=jaxload.checkpoint.CheckpointRestore(loader)))
         return int(restored["params"]["rows"])
     files = sorted(directory.glob("loader_*.json"))  # another process's state where there is one
     loader.set_state(json.loads(files[(jax.process_index() + 1) % len(files)].read_text()))
@@ -119,16 +120,16 @@ def save(case: dict, loader, layout, batches, directory: Path, build_again) -> d
         fresh = build_again()
         ocp.v1.load_checkpointables(directory.absolute(), {"loader": fresh})
         return {"same_topology": (expected, ids_on_devices(next(iter(fresh))))}
-    manager = ocp.CheckpointManager(directory.absolute(), options=ocp.CheckpointManagerOptions(
-        enable_async_checkpointing=True))
-    manager.save(1, args=ocp.args.Composite(
-        params=ocp.args.StandardSave({"rows": replicated(layout, state["rows"])}),
-        data=jaxload.checkpoint.CheckpointSave(loader)))
-    expected = ids_on_devices(next(batches))  # handed out while the save may still be writing
-    manager.wait_until_finished()
+    with closing(ocp.CheckpointManager(directory.absolute(), options=ocp.CheckpointManagerOptions(
+            enable_async_checkpointing=True))) as manager:
+        manager.save(1, args=ocp.args.Composite(
+            params=ocp.args.StandardSave({"rows": replicated(layout, state["rows"])}),
+            data=jaxload.checkpoint.CheckpointSave(loader)))
+        expected = ids_on_devices(next(batches))  # handed out while the save may still be writing
+        manager.wait_until_finished()
     fresh = build_again()
-    ocp.CheckpointManager(directory.absolute()).restore(1, args=ocp.args.Composite(
-        data=jaxload.checkpoint.CheckpointRestore(fresh)))
+    with closing(ocp.CheckpointManager(directory.absolute())) as manager:
+        manager.restore(1, args=ocp.args.Composite(data=jaxload.checkpoint.CheckpointRestore(fresh)))
     return {"same_topology": (expected, ids_on_devices(next(iter(fresh))))}
 
 

@@ -68,12 +68,15 @@ def orbax_checkpoint(api: str, directory: str, loader, *, save: bool) -> None:
             ocp.v1.load_checkpointables(directory, {"loader": loader})
         return
     manager = ocp.CheckpointManager(directory)
-    if save:
-        manager.save(4, args=ocp.args.Composite(data=jaxload.checkpoint.CheckpointSave(loader)))
-        manager.wait_until_finished()
-    else:
-        manager.restore(manager.latest_step(), args=ocp.args.Composite(
-            data=jaxload.checkpoint.CheckpointRestore(loader)))
+    try:  # closed, so that none of its threads outlives the call in a warm process
+        if save:
+            manager.save(4, args=ocp.args.Composite(data=jaxload.checkpoint.CheckpointSave(loader)))
+            manager.wait_until_finished()
+        else:
+            manager.restore(manager.latest_step(), args=ocp.args.Composite(
+                data=jaxload.checkpoint.CheckpointRestore(loader)))
+    finally:
+        manager.close()
 
 
 def placed(size: int, shards: int) -> int:
