@@ -71,6 +71,7 @@ bench: install
 	$(PY) benchmarks/step_cost.py
 	$(PY) benchmarks/order_check.py
 	$(PY) benchmarks/tf_decoded_shuffle.py
+	$(PY) benchmarks/tf_build.py
 	$(PY) benchmarks/matrix.py
 
 lint: install

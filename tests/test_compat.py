@@ -13,7 +13,8 @@ def test_every_private_read_is_listed_and_has_a_test():
     tested = {name for name, _ in compat.PRIVATE}
     assert tested == {"distributed_client", "thread_mesh", "data_loader_source",
                       "data_loader_shard_options", "data_loader_operations", "drops_elements",
-                      "data_loader_sampler", "grain_split_and_seeds", "grain_below_maps",
+                      "data_loader_sampler", "data_loader_unread", "grain_split_and_seeds",
+                      "grain_below_maps",
                       "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
                       "tf_replay", "tf_is_tensor_slices", "tf_skips_in_place", "tf_source_tensors",
                       "tf_repeat", "tf_stateless", "tf_batch", "tf_interleave",
@@ -61,6 +62,21 @@ def test_grain_data_loader_private_attributes_exist():
     batches = [op for op in compat.data_loader_operations(workers)
                if isinstance(op, grain.transforms.Batch)]
     assert [(op.batch_size, op.drop_remainder) for op in batches] == [(4, True)]
+
+
+def test_the_records_a_sharded_data_loader_never_reads_are_counted_as_grain_reads_them():
+    grain = pytest.importorskip("grain")
+    for records in (15, 16):
+        read, loaders = [], []
+        for k in range(2):
+            sampler = grain.samplers.IndexSampler(
+                num_records=records, shuffle=True, num_epochs=1, seed=0,
+                shard_options=grain.sharding.ShardOptions(k, 2, drop_remainder=False))
+            loaders.append(grain.DataLoader(data_source=list(range(records)), sampler=sampler,
+                                            operations=[grain.transforms.Batch(4)]))
+            read += [int(i) for batch in loaders[-1] for i in batch]
+        assert len(read) == len(set(read))
+        assert compat.data_loader_unread(loaders[0])[0] == records - len(read)
 
 
 def test_grain_splits_and_random_seeds_are_found_along_the_chain():

@@ -113,6 +113,35 @@ def test_a_data_loader_that_drops_records_is_refused_under_pad():
         check_data_loader(loader(False, True), plan, "pad")
 
 
+def test_a_data_loader_whose_shards_leave_records_unread_is_refused_under_pad():
+    """Grain 0.2.13 on reads len(sampler) // shard_count records a shard whatever
+    drop_remainder says: 31 records over 2 groups leave 1 unread, which the refusal names with
+    a fix that keeps it (not drop_remainder=False, which does not)."""
+    import grain
+
+    from jaxload._src import compat
+    from jaxload._src.pipelines.grain.data_loader import check_data_loader
+
+    plan = jaxload.data_parallel(devices=jaxload.simulated_devices(2, 4)).plan(16, process_index=0)
+
+    def loader(records: int):
+        sampler = grain.samplers.IndexSampler(
+            num_records=records, shuffle=True, num_epochs=1, seed=0,
+            shard_options=grain.sharding.ShardOptions(0, 2, drop_remainder=False))
+        return grain.DataLoader(data_source=list(range(records)), sampler=sampler,
+                                operations=[grain.transforms.Batch(8, drop_remainder=False)])
+
+    check_data_loader(loader(32), plan, "pad")
+    check_data_loader(loader(31), plan, "drop")
+    if compat.data_loader_unread(loader(31))[0] == 0:  # an older Grain reads every record
+        check_data_loader(loader(31), plan, "pad")
+        return
+    with pytest.raises(ValueError, match=r"its 2 shards read 15 of its sampler's 31 records each "
+                                         r"\(len\(sampler\) // shard_count\), so 1 record is never read"
+                                         r".*a multiple of 2 records, or pass a grain.MapDataset"):
+        check_data_loader(loader(31), plan, "pad")
+
+
 def mp_prefetch_resume():
     import grain
     from absl import flags

@@ -15,6 +15,7 @@ from jaxload._src.compat.grain import (
     data_loader_sampler,
     data_loader_shard_options,
     data_loader_source,
+    data_loader_unread,
     drops_elements,
     grain_below_maps,
     grain_split_and_seeds,
@@ -54,6 +55,7 @@ PRIVATE = (
     ("data_loader_operations", "grain.DataLoader._operations, "
                                "grain._src.python.operations.BatchOperation (Grain 0.2.12)"),
     ("data_loader_sampler", "grain.DataLoader._sampler"),
+    ("data_loader_unread", "grain._src.python.data_loader._SamplerMapDataset (whether it exists)"),
     ("grain_split_and_seeds", "grain._src.python.dataset.transformations.slice.SliceMapDataset "
                               "(its str), .map.RandomMapMapDataset._rng_pool._seed, "
                               "RandomMapIterDataset._seed"),
@@ -98,7 +100,7 @@ PRIVATE = (
 
 __all__ = [
     "data_loader_operations", "data_loader_sampler", "data_loader_shard_options",
-    "data_loader_source", "distributed_client", "drops_elements", "grain_below_maps",
+    "data_loader_source", "data_loader_unread", "distributed_client", "drops_elements", "grain_below_maps",
     "grain_split_and_seeds", "tf_auto_shard", "tf_batch", "tf_from_graph", "tf_global_seed", "tf_graph",
     "tf_input_index", "tf_interleave", "tf_is_tensor_slices", "tf_log_level", "tf_logs_at_fixed_level",
     "tf_map_carrying", "tf_one_to_one", "tf_op_attrs", "tf_repeat", "tf_restore_iterator",

@@ -34,6 +34,24 @@ def data_loader_operations(loader: Any) -> list[Any]:
             if isinstance(op, replaced) else op for op in loader._operations]
 
 
+def data_loader_unread(loader: Any) -> tuple[int, int]:
+    """(records never read, records the sampler holds) of a sharded ``grain.DataLoader``.
+
+    Where Grain reads the sampler through its ``_SamplerMapDataset`` (0.2.13 on), each of
+    ``shard_count`` shards reads ``len(sampler) // shard_count`` records, so the last
+    ``len(sampler) % shard_count`` are never read, whatever ``drop_remainder`` says; older
+    Grain reads each shard's indices to the sampler's end. (0, size) there, or where the
+    sampler's size is unknown (no ``len``: it is endless)."""
+    from grain._src.python import data_loader
+
+    sampler = loader._sampler
+    size = len(sampler) if hasattr(sampler, "__len__") else 0
+    count = data_loader_shard_options(loader).shard_count
+    if not hasattr(data_loader, "_SamplerMapDataset") or size >= 2**62:  # sys.maxsize: endless
+        return 0, size
+    return size % count, size
+
+
 def data_loader_sampler(loader: Any) -> Any:
     """A ``grain.DataLoader``'s sampler: ``loader._sampler``."""
     return loader._sampler

@@ -143,8 +143,18 @@ def check_data_loader(loader: Any, plan: Plan, remainder: str = DROP) -> None:
          "last partial batch", batches[-1].drop_remainder),
         ("its sampler's ShardOptions(drop_remainder=True) drops the records that do not divide "
          "evenly between the loading groups", options.drop_remainder)) if drops]
+    unread, size = compat.data_loader_unread(loader) if plan.shard_count > 1 else (0, 0)
+    if remainder != DROP and unread:
+        dropping.append(
+            f"its {plan.shard_count} shards read {size // plan.shard_count} of its sampler's "
+            f"{size} records each (len(sampler) // shard_count), so {unread} "
+            f"{'records are' if unread != 1 else 'record is'} never read, whatever "
+            "drop_remainder says")
     if remainder != DROP and plan.shard_count > 1 and dropping:
+        fix = ("Give the sampler a multiple of "
+               f"{plan.shard_count} records, or pass a grain.MapDataset to from_grain (every "
+               "record is read, the last steps padded)" if unread else
+               "Pass drop_remainder=False there (jaxload pads the last steps)")
         raise ValueError(
             f"remainder={remainder!r} delivers every record, but the grain.DataLoader drops "
-            f"some: {'; '.join(dropping)}. Pass drop_remainder=False there (jaxload pads the "
-            "last steps), or use remainder='drop'.")
+            f"some: {'; '.join(dropping)}. {fix}, or use remainder='drop'.")
