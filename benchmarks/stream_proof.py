@@ -16,7 +16,8 @@ The pipelines, each split by elements (none of them can be replayed or split by 
   ``to_iter_dataset()`` (jaxload/_src/pipelines/grain/iter_dataset.py: XXH3 per element).
 Global batch 128 and 16 (8 and 1-4 rows a process), at 2 processes x 4 CPU devices and 4 x 2.
 Timed: 3 passes of one loader, from building it to the last batch ready, slowest process,
-median of interleaved rounds (min-max).
+median of interleaved rounds (min-max); and the CPU seconds of the busiest process over the same
+span (all its threads), which the machine's load disturbs less.
 
 Writes (or replaces) its section of benchmarks/results.md.
 Run: .venv/bin/python benchmarks/stream_proof.py [--quick] [--topologies 2x4,4x2]
@@ -113,13 +114,14 @@ def _dataset(name: str, data, files: list[str]):
     return tf.data.TFRecordDataset(files).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _passes(name: str, data, files: list[str], checks: str, batch: int) -> float:
-    """Seconds of 3 passes of one loader, its build included."""
+def _passes(name: str, data, files: list[str], checks: str, batch: int) -> tuple[float, float]:
+    """Seconds of 3 passes of one loader, its build included: wall-clock, and the process's
+    CPU seconds (all its threads; Grain's worker processes are not used here)."""
     import jax
     from jax.experimental import multihost_utils
 
     multihost_utils.sync_global_devices(f"stream_proof {name} {checks} {batch}")
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     if name.startswith("grain"):
         loader = jaxload.from_grain(_grain_dataset(data), jaxload.data_parallel(),
                                     global_batch_size=batch, checks=checks)
@@ -130,7 +132,7 @@ def _passes(name: str, data, files: list[str], checks: str, batch: int) -> float
     for _ in range(PASSES):
         for batch in loader:
             jax.block_until_ready(batch)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 def measure(rounds: int, files: list[str]) -> dict:
@@ -141,8 +143,9 @@ def measure(rounds: int, files: list[str]) -> dict:
         for batch in GLOBAL_BATCHES:
             for r in range(rounds):
                 for checks in ("first", "never") if r % 2 == 0 else ("never", "first"):
-                    out.setdefault(f"{name}|{batch}|{checks}", []).append(
-                        _passes(name, data, files, checks, batch))
+                    wall, cpu = _passes(name, data, files, checks, batch)
+                    out.setdefault(f"{name}|{batch}|{checks}", []).append(wall)
+                    out.setdefault(f"{name}|{batch}|{checks}|cpu", []).append(cpu)
     return out
 
 
@@ -153,8 +156,11 @@ def rows(topology: str, results: list[dict]) -> list[str]:
             key = f"{name}|{batch}"
             times = {c: slowest(results, f"{key}|{c}") for c in ("first", "never")}
             ratio = statistics.median(times["first"]) / statistics.median(times["never"])
+            cpu = {c: statistics.median(slowest(results, f"{key}|{c}|cpu")) for c in ("first", "never")}
             lines.append(f"| {topology} | {name} | {batch} | {ms_cell(times['never'], PASSES)} | "
-                         f"{ms_cell(times['first'], PASSES)} | {ratio:.2f} |")
+                         f"{ms_cell(times['first'], PASSES)} | {ratio:.2f} | "
+                         f"{cpu['never'] / PASSES * 1e3:.0f} / {cpu['first'] / PASSES * 1e3:.0f} | "
+                         f"{cpu['first'] / cpu['never']:.2f} |")
     return lines
 
 
@@ -163,7 +169,7 @@ def main() -> None:
     rounds = 2 if args.quick else 5
     started = time.perf_counter()
     table = ["| topology | pipeline | global batch | proof off, ms a pass | proof on, ms a pass | "
-             "on / off |", "|---|---|---|---|---|---|"]
+             "on / off | CPU ms a pass, off / on | CPU on / off |", "|---|---|---|---|---|---|---|---|"]
     topologies = "2x4,4x2" if args.topologies == "1x8,2x4,4x2" else args.topologies
     with tempfile.TemporaryDirectory() as root:
         files = write_jpegs(root)
@@ -182,7 +188,9 @@ def main() -> None:
         f"{rounds} interleaved rounds (min-max). *Off*: `checks=\"never\"` (`shard(K, k)`, no "
         "first-step check); *on*: the default, which reads each global batch whole below the "
         "last maps, fingerprints its elements and compares one digest per step in the step "
-        "agreement (a pass then reads each round's window ahead).", "",
+        "agreement (a pass then reads each round's window ahead). *CPU*: the CPU seconds of the "
+        "busiest process (all its threads) a pass, median, which this shared machine's load "
+        "disturbs less than wall-clock time.", "",
         *table, "", ended(started)])
 
 
