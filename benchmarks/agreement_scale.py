@@ -14,8 +14,10 @@ The same exchange with the reports of a loading group that proves its rows (``ro
 16-digit digest per step of the round, :mod:`jaxload._src.group_proof`) is measured beside it.
 
 Then, in real processes (1 CPU device each): coordinator bytes per loader step for 2, 4 and 8
-processes, what known lengths save (rounds and agreement time per step), and what the group
-proof adds where model replicas span 2 processes (``checks`` default against ``"never"``).
+processes, what known lengths save (rounds and agreement time per step), what the stream proof
+adds to a split by elements (:mod:`jaxload._src.stream_proof`: one digest per step, in the
+``stream`` field of the same reports, as the group proof's ``rows``), and what the group proof
+adds where model replicas span 2 processes (``checks`` default against ``"never"``).
 
 Run: .venv/bin/python benchmarks/agreement_scale.py [--quick]   (its section of results.md)
 """
@@ -194,12 +196,13 @@ def loader_traffic(known: bool, steps: int, replicas: bool = False, checks: str 
 def real(process_counts, steps: int) -> list[dict]:
     rows = []
     cases = [("data_parallel", False, "never"), ("data_parallel", True, "never"),
+             ("data_parallel, stream proof on", False, "first"),  # the filter: proved
              ("replicas across 2, proof off", True, "never"),
              ("replicas across 2, proof on", True, "first")]
     for n in process_counts:
         for name, known, checks in cases:
             results = jaxload.testing.run(loader_traffic, num_processes=n, local_devices=1,
-                                          args=(known, steps, name != "data_parallel", checks),
+                                          args=(known, steps, name.startswith("replicas"), checks),
                                           timeout_s=600)
             rows.append(dict(processes=n, layout=name, known=known, steps=results[0]["steps"],
                              bytes_per_step=sum(r["bytes"] for r in results) / results[0]["steps"],
@@ -224,6 +227,9 @@ def main():
         "",
         "Median of 3 interleaved runs; bytes are keys and values through the coordinator per "
         "exchange (sent and received by all clients).",
+        "",
+        "*Proving*: each report carries one 16-digit digest per step of the round (a loading "
+        "group's rows, or a split's stream: the same list in another field).",
         "",
         "| N | jaxload (ms/exchange) | every-reads-all (ms/exchange) | ratio | 3 plain RPCs "
         "per client (ms) | jaxload (KB) | every-reads-all (KB) | jaxload proving 16 steps "
