@@ -114,7 +114,7 @@ def test_a_data_loader_that_drops_records_is_refused_under_pad():
 
 
 def test_a_data_loader_whose_shards_leave_records_unread_is_refused_under_pad():
-    """Grain 0.2.13 on reads len(sampler) // shard_count records a shard whatever
+    """Grain 0.2.18 (unlike 0.2.12) reads len(sampler) // shard_count records a shard whatever
     drop_remainder says: 31 records over 2 groups leave 1 unread, which the refusal names with
     a fix that keeps it (not drop_remainder=False, which does not)."""
     import grain

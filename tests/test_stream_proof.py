@@ -35,6 +35,10 @@ def pipeline(shape: str):
         return tf.data.Dataset.from_generator(
             lambda: iter([i + 1000 * (p == 1 and i >= 42) for i in range(N)]),
             output_signature=tf.TensorSpec((), tf.int64)).map(lambda i: {"id": i})
+    if shape == "changed":  # the same pipeline over other data (a generator's source changed)
+        return tf.data.Dataset.from_generator(lambda: iter(range(1000, 1000 + N)),
+                                              output_signature=tf.TensorSpec((), tf.int64)).map(
+            lambda i: {"id": i})
     if shape == "shuffled-in-batches":  # each process draws its own order within each batch
         return ids.batch(8).map(tf.random.shuffle).unbatch().map(lambda i: {"id": i})
     if shape == "random-filter":  # each process keeps other elements
@@ -74,6 +78,7 @@ def run_all() -> dict:
     out["batched"] = run("differs-from-42", batched=True)  # batches of 2: one a group a step
     first = run("same", steps=5)
     out["resumed"] = [first, run("same", state=first["state"])]
+    out["resumed over changed data"] = run("changed", state=first["state"])
     first = run("saved", steps=5)
     out["resumed from a checkpoint"] = [first, run("saved", state=first["state"])]
     unproved = run("saved", steps=2, checks="never")
@@ -162,3 +167,29 @@ def test_a_resumed_pass_continues_exactly(seen, how):
     first, rest = ([seen[p][how][i] for p in range(2)] for i in (0, 1))
     assert all("error" not in r for r in first + rest), (first, rest)
     assert ids(first) + ids(rest) == Counter(range(N))
+
+
+@pytest.mark.cluster
+def test_a_state_resumed_over_other_elements_is_refused_before_any_batch(seen):
+    # the state records the stream digest of the last batch handed out; a resume from a count
+    # reads that batch again and compares (tf.data's graph of a generator cannot show its data)
+    first = seen[0]["resumed"][0]
+    assert first["state"]["position"]["batches"] == 5
+    assert len(first["state"]["position"]["stream"]) == 16
+    errors = [seen[p]["resumed over changed data"] for p in range(2)]
+    for r in errors:
+        assert r["steps"] == [], r
+        assert "ValueError: the state was taken over other elements than this pipeline reads: " \
+               "the last batch handed out before it (batch 5 of its pass) had the stream " \
+               "digest" in r["error"], r["error"]
+        assert "resume the pipeline the state was taken with" in r["error"]
+
+
+def test_a_count_with_a_malformed_stream_digest_is_refused():
+    from jaxload._src.pipelines.tf.iterator import checked_batches
+
+    assert checked_batches({"batches": 5, "stream": "0123456789abcdef"}) == 5
+    for bad in ({"batches": 5, "stream": "xyz"}, {"batches": -1, "stream": "0123456789abcdef"},
+                {"batches": 5, "stream": 7}):
+        with pytest.raises(ValueError, match=r"must be \{'batches': n, 'stream': 16 hex digits\}"):
+            checked_batches(bad)

@@ -164,7 +164,7 @@ def grain_shard_options(layout: Layout, global_batch_size: int, *, drop_remainde
     processes different data. Pass the same ``load_once`` as to :func:`from_grain`. With
     ``remainder="pad"`` (every record delivered), pass ``drop_remainder=False``, here and to the
     ``Batch`` operation: Grain would drop the records that do not divide evenly between the
-    loading groups, and each group's last partial batch. Grain 0.2.13 and later reads
+    loading groups, and each group's last partial batch. Grain 0.2.18 (unlike 0.2.12) reads
     ``len(sampler) // shard_count`` records a shard even then: a ``grain.DataLoader`` under
     ``remainder="pad"`` needs a record count that is a multiple of the loading groups.
 

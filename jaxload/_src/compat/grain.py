@@ -37,7 +37,7 @@ def data_loader_operations(loader: Any) -> list[Any]:
 def data_loader_unread(loader: Any) -> tuple[int, int]:
     """(records never read, records the sampler holds) of a sharded ``grain.DataLoader``.
 
-    Where Grain reads the sampler through its ``_SamplerMapDataset`` (0.2.13 on), each of
+    Where Grain reads the sampler through its ``_SamplerMapDataset`` (0.2.18; not 0.2.12), each of
     ``shard_count`` shards reads ``len(sampler) // shard_count`` records, so the last
     ``len(sampler) % shard_count`` are never read, whatever ``drop_remainder`` says; older
     Grain reads each shard's indices to the sampler's end. (0, size) there, or where the

@@ -34,7 +34,7 @@ from jaxload._src.pipelines.tf.split import (
     split,
     with_own_caches,
 )
-from jaxload._src.pipelines.tf.stream import Split, fingerprinted
+from jaxload._src.pipelines.tf.stream import Split, continued, fingerprinted, stream_of
 from jaxload._src.plan import Plan
 from jaxload._src.protocol import INFINITE
 from jaxload._src.remainder import DROP, rows_read
@@ -145,13 +145,15 @@ class TfDataset:
             return fingerprinted(batches) if self._stream else batches
 
         def batches(position: Any) -> Batches:
-            consumed = batches_of(position)
-            count = self._save is None or isinstance(position, int) and consumed > 0
-            pipeline, length = build(consumed if count else 0, count)
-            if count:
-                return Batches(read(counted(pipeline, itertools.count(consumed + 1))),
-                               length=length, describe=self._same.described,
-                               proves=bool(self._stream))
+            consumed, digest = batches_of(position), stream_of(position)
+            count = self._save is None or (isinstance(position, int) or bool(digest)) and consumed > 0
+            again = int(count and consumed > 0 and bool(digest) and bool(self._stream))
+            pipeline, length = build(consumed - again if count else 0, count)
+            if count:  # with a digest, the last batch handed out is read again and compared
+                read_on = read(counted(pipeline, itertools.count(consumed + 1 - again)))
+                return Batches(continued(read_on, digest, consumed) if again else read_on,
+                               length=length - again if length not in (None, INFINITE) else length,
+                               describe=self._same.described, proves=bool(self._stream))
             remaining = length - consumed if length not in (None, INFINITE) else length
             return Batches(read(checkpointed(pipeline, position, live=self._live,
                                              ignore_external_state=bool(self._save))),

@@ -167,6 +167,10 @@ def restore(iterator: Any, state: str) -> None:
             f"pipeline the state was taken with?): {str(getattr(e, 'message', e))[:300]}") from e
 
 
+def _is_digest(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value)
+
+
 def batches_of(position: Any) -> int:
     """Batches handed out at a tf.data position: a checkpointed one, or a count (a pipeline
     tf.data cannot save, or a state of an older jaxload)."""
@@ -177,8 +181,9 @@ def batches_of(position: Any) -> int:
 
 def checked_batches(position: Any, proved: bool = False) -> int:
     """The batches handed out at a position of a pipeline positioned by iterator checkpoints
-    or counts (None, ``n``, or ``{"batches": n, "saved": None or {"batches": m <= n, "state":
-    base64}}``, with ``"proved": True`` from a split that proves its stream); a ValueError
+    or counts (None, ``n``, ``{"batches": n, "stream": digest}`` from a split that proves its
+    stream, or ``{"batches": n, "saved": None or {"batches": m <= n, "state": base64}}``, with
+    ``"proved": True`` from such a split); a ValueError
     naming what is wrong where it is not one, or where its checkpoint is of the other split
     than this pipeline's (``proved``: this pipeline's split proves its stream).
 
@@ -192,6 +197,11 @@ def checked_batches(position: Any, proved: bool = False) -> int:
     """
     if position is None or is_nonnegative_int(position):  # a count of batches
         return int(position or 0)
+    if isinstance(position, dict) and set(position) == {"batches", "stream"}:  # and its digest
+        if not is_nonnegative_int(position["batches"]) or not _is_digest(position["stream"]):
+            raise ValueError("the state's tf.data position must be {'batches': n, 'stream': 16 "
+                             f"hex digits}}, got {position!r:.160}")
+        return int(position["batches"])
     if not isinstance(position, dict) or set(position) - {"proved"} != {"batches", "saved"}:
         raise ValueError("the state's tf.data position is not one this pipeline's iterator "
                          "takes (a count of batches, or an iterator checkpoint): "

@@ -145,10 +145,36 @@ def fingerprinted(batches: Iterator[tuple[Any, Any]]
     """``(batch, position, (digest, fingerprints))`` from a pass's ``((batch, carried),
     position)``: the global batch's fingerprint as 16 hex digits, and those of the elements of
     the batch's rows' blocks, in order (8 bytes each). An iterator checkpoint's position says
-    ``"proved": True``: it fits this split's pipeline, not a plain ``shard``'s."""
+    ``"proved": True``: it fits this split's pipeline, not a plain ``shard``'s. A count ``n``
+    becomes ``{"batches": n, "stream": digest}``: a resume from it reads batch ``n`` again and
+    compares (:func:`continued`)."""
     for (batch, carried), position in batches:
         carried = carried.reshape(-1, *carried.shape[-2:])  # one row: a batch already
+        digest = carried[0, 0].tobytes().hex()
         if isinstance(position, dict):
             position = {**position, "proved": True}
-        yield batch, position, (carried[0, 0].tobytes().hex(),
-                                np.ascontiguousarray(carried[:, 1:]).tobytes())
+        elif isinstance(position, int):
+            position = {"batches": position, "stream": digest}
+        yield batch, position, (digest, np.ascontiguousarray(carried[:, 1:]).tobytes())
+
+
+def stream_of(position: Any) -> str:
+    """The stream digest a count position records ("" for any other position)."""
+    return position.get("stream", "") if isinstance(position, dict) and "saved" not in position else ""
+
+
+def continued(batches: Iterator[Any], digest: str, consumed: int) -> Iterator[Any]:
+    """``batches`` of a pass resumed from a count with its stream's digest, which start with
+    batch ``consumed`` (the last one handed out before the state), read again: left out where
+    its digest is the state's, else a ValueError on every process (each reads the same global
+    batch) before any batch is handed out."""
+    first = next(batches, None)
+    found = "no batch" if first is None else f"digest {first[2][0]}"
+    if first is None or first[2][0] != digest:
+        raise ValueError(
+            f"the state was taken over other elements than this pipeline reads: the last batch "
+            f"handed out before it (batch {consumed} of its pass) had the stream digest {digest}, "
+            f"this pipeline's batch {consumed} has {found}. Data that changed since (a generator, "
+            "a py_function, files rewritten) or another pipeline: resume the pipeline the state "
+            "was taken with, or start the pass again without set_state")
+    yield from batches
