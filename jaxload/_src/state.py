@@ -235,6 +235,12 @@ def _repositioned(state: State, changed: list[tuple[str, Any, Any]],
     return {"step": 0, "origin": state["rows"], "position": kept}
 
 
+_FINGERPRINT = (" (the fingerprint covers a tf.data pipeline's ops, their constants such as "
+                "shuffle seeds and buffer sizes, and the arrays under it; a Grain MapDataset's "
+                "first, middle and last elements): a changed seed or size is the usual cause. "
+                "Resume the pipeline the state was taken with, or start without set_state")
+
+
 def check_format(state: Any) -> None:
     if not isinstance(state, dict) or state.get("format") not in (FORMAT, *_OLD_FORMATS):
         raise ValueError(f"not a jaxload loader state (format {FORMAT!r}): {state!r:.200}")
@@ -251,4 +257,4 @@ def check_unchanged(state: State, mine: State, keys: tuple[str, ...]) -> None:
         if was != now:
             raise ValueError(f"the state was taken with {key}={was!r}, this loader has "
                              f"{key}={now!r}; a state continues only the same pipeline, "
-                             "backend and remainder mode")
+                             "backend and remainder mode" + (_FINGERPRINT if key == "fingerprint" else ""))
