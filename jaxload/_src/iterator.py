@@ -41,12 +41,16 @@ class LoopSide:
         places its zeros on.
       reshard: moves a batch to ``layout`` (``load_once``), or None.
       handed_out: told the loader's position after each batch handed out (and at the end).
+      after_pass: the backend position where the pass after the one ending at a backend
+        position starts (a reshuffling pipeline's next pass), or None: the pipeline's optional
+        ``Pipeline.after_pass``.
     """
 
     name: str
     layout: Layout
     reshard: Callable[[GlobalBatch], GlobalBatch] | None
     handed_out: Callable[[dict[str, Any]], None]
+    after_pass: Callable[[Any], Any] | None = None
 
 
 class LoaderIterator:
@@ -117,9 +121,12 @@ class LoaderIterator:
             self._ended()
             if interruption is not None:
                 raise interruption from None
-            # a finished pass: the next one starts at row 0 (and a schedule goes on)
-            self._loop.handed_out(START if context.schedule is None else
-                                  next_pass(self._at, START))
+            # a finished pass: the next one starts at row 0 (and a schedule goes on), of the
+            # pass after this one where the pipeline tells (a state taken now resumes there)
+            after = START if context.schedule is None else next_pass(self._at, START)
+            if self._loop.after_pass is not None:
+                after = {**after, "position": self._loop.after_pass(self._at["position"])}
+            self._loop.handed_out(after)
             raise
         except BaseException:
             self._ended()  # the pass reported the failure itself

@@ -130,8 +130,8 @@ class Loader(Checkpointable, Explained):
         source = self._pipeline.elastic.pipeline(start, self._pipeline.batches)
         if schedule is not None:  # each step's batch joined from the pipeline's
             source = schedule.regrouped(source, start["step"], self.config.pad)
-        loop = LoopSide(self.name, self.layout, self._reshard, self._handed_out)
-        current = LoaderIterator(loop, context, source)
+        current = LoaderIterator(LoopSide(self.name, self.layout, self._reshard, self._handed_out,
+                                          getattr(self._pipeline, "after_pass", None)), context, source)
         self._current = weakref.ref(current)  # weakly: a pass dropped (`break`) closes at once
         return current
 

@@ -40,7 +40,11 @@ class Pipeline(Protocol):
     ``get_state`` on the backend position after the last batch handed out: the position as a
     state keeps it, where a pipeline completes its positions only when a state is asked for
     (a tf.data checkpoint that holds buffers: :mod:`~jaxload._src.pipelines.tf.on_demand`);
-    then also ``handed(position)``, told the position after each batch handed out.
+    then also ``handed(position)``, told the position after each batch handed out. And
+    ``after_pass(position)``: the backend position where the pass after one ending at
+    ``position`` starts, which a state taken after that pass records (a reshuffling pipeline's
+    next order: :func:`jaxload._src.pipelines.tf.replay.after_pass`); without it, such a state
+    starts the pipeline's next pass as a fresh loader's first.
     """
 
     backend: str

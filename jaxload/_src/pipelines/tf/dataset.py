@@ -4,6 +4,7 @@ iterator checkpoints (:mod:`~jaxload._src.pipelines.tf.iterator`)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,7 +23,7 @@ from jaxload._src.pipelines.tf.on_demand import Live
 from jaxload._src.pipelines.tf.order import check_same_order, constants, structure, unseen_order
 from jaxload._src.pipelines.tf.probe import Probe as _Probe
 from jaxload._src.pipelines.tf.read import read_graph, with_options_of
-from jaxload._src.pipelines.tf.replay import Replay, position_of
+from jaxload._src.pipelines.tf.replay import Replay, after_pass, position_of
 from jaxload._src.pipelines.tf.rewrite import sequential_interleaves
 from jaxload._src.pipelines.tf.spec import batch_spec, check_element_spec
 from jaxload._src.pipelines.tf.split import (
@@ -72,6 +73,8 @@ class TfDataset:
         elif self.sharding.mode == HINT and graph.caches_to_files():
             self._share = with_own_caches(self._share, plan, HINT)
         self._replay = self._replayed_share(ds, graph)
+        if self._replay is not None:  # a state taken after a pass resumes at the next one
+            self.after_pass = functools.partial(after_pass, self._replay)
         self._stream = Split.of(self._ds, plan, remainder == DROP, batched) if (
             prove and self.sharding.mode == ELEMENTS and plan.shard_count > 1 and self._replay is None
             and plan.global_batch_size == global_batch_size) else None

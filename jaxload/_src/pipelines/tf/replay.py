@@ -225,6 +225,22 @@ def keeps_its_order(graph: DatasetGraph, shuffles: int = 1) -> bool:
         for node in graph.graph.node)
 
 
+def after_pass(replay: Replay, position: Any) -> dict[str, Any] | None:
+    """The position where the pass after the one ending at ``position`` starts: the shuffle's
+    next iterator (a ``repeat`` over the shuffle makes one per repetition), no batch handed out
+    yet; None where ``position`` names no pass (nothing was handed out: the next pass).
+
+    Example:
+      >>> after_pass(Replay.__new__(Replay), None) is None
+      True
+    """
+    number, _, seeds = position_of(position)
+    if number is None or seeds is None:
+        return None
+    per_pass = 1 if replay.repeat is None else max(replay.repeat[1], 1)
+    return {"pass": number + per_pass, "batches": 0, "seeds": list(seeds)}
+
+
 def position_of(position: Any) -> tuple[int | None, int, tuple[int, int] | None]:
     """``(pass, elements handed out, seeds)`` of a replayed pipeline's position (None: the
     start of the next pass); a ValueError naming the field where it is not one.
