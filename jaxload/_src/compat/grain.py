@@ -3,6 +3,7 @@ source, sharding and operations, and what a ``MapDataset``'s parents say."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
@@ -47,7 +48,7 @@ def data_loader_unread(loader: Any) -> tuple[int, int]:
     sampler = loader._sampler
     size = len(sampler) if hasattr(sampler, "__len__") else 0
     count = data_loader_shard_options(loader).shard_count
-    if not hasattr(data_loader, "_SamplerMapDataset") or size >= 2**62:  # sys.maxsize: endless
+    if not hasattr(data_loader, "_SamplerMapDataset") or size == sys.maxsize:  # endless
         return 0, size
     return size % count, size
 

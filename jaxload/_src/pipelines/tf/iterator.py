@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import re
 import statistics
 import threading
 import time
@@ -168,7 +169,7 @@ def restore(iterator: Any, state: str) -> None:
 
 
 def _is_digest(value: Any) -> bool:
-    return isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value)
+    return isinstance(value, str) and re.fullmatch("[0-9a-f]{16}", value) is not None
 
 
 def batches_of(position: Any) -> int:
