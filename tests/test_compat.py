@@ -18,7 +18,8 @@ def test_every_private_read_is_listed_and_has_a_test():
                       "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
                       "tf_replay", "tf_is_tensor_slices", "tf_skips_in_place", "tf_source_tensors",
                       "tf_repeat", "tf_stateless", "tf_batch", "tf_interleave",
-                      "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed"}
+                      "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed",
+                      "tf_seed_generator"}
 
 
 def test_jax_private_attributes_exist():
@@ -225,6 +226,28 @@ def test_an_interleave_is_read_and_applied_again_as_it_was():
     for reads in (None, tf.data.AUTOTUNE):  # given a dataset of names: a flat map, an interleave
         source, again = compat.tf_interleave(tf.data.TFRecordDataset(files, num_parallel_reads=reads))
         assert source is files and again(files).element_spec == tf.TensorSpec([], tf.string)
+
+
+def test_a_seed_generator_is_drawn_from_by_a_graph_that_names_it():
+    # reseed.py: a pipeline rebuilt from its graph with a shuffle's generator handle replaced
+    # by one of tf_seed_generator's shares it with the drawer, whose iterators draw passes
+    tf = pytest.importorskip("tensorflow")
+    ref = tf.data.Dataset.range(8).shuffle(8, seed=1)
+    orders = [list(ref.as_numpy_iterator()) for _ in range(3)]
+    ds = tf.data.Dataset.range(8).shuffle(8, seed=1)
+    seeds = compat.tf_shuffle(ds)[2:4]
+    drawer, _ = compat.tf_seed_generator(seeds)
+
+    def handle(graph):
+        return next(n for n in graph.node if n.op == "Const" and n.attr["dtype"].type == 20)
+
+    graph = compat.tf_graph(ds)
+    handle(graph).attr["value"].CopyFrom(handle(compat.tf_graph(drawer)).attr["value"])
+    copy = compat.tf_from_graph(graph, ds.element_spec)
+    for _ in range(2):
+        iter(drawer)  # draws a pass's seeds, reads nothing
+    assert list(copy.as_numpy_iterator()) == orders[2]
+    assert list(ds.as_numpy_iterator()) == orders[0] != orders[2]  # the user's: its own count
 
 
 def test_a_shuffle_and_the_ops_over_it_are_rebuilt_as_they_were():

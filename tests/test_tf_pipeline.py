@@ -356,7 +356,7 @@ def test_a_checkpoint_that_holds_buffers_is_taken_only_when_a_state_is_asked_for
                         saves.append(1) or save(*a, **k))
     batches = iter(group.batches(None))
     read = [next(batches) for _ in range(12)]  # read ahead of the 5 handed out
-    assert not saves and all(p == {"batches": n, "saved": None, "live": p["live"]}
+    assert not saves and all(p == {"batches": n, "saved": None, "live": p["live"], "pass": 0}
                              for n, (_, p) in enumerate(read, 1))
     with pytest.warns(UserWarning, match=r"state holds its buffers .* \d+ MB here"):
         position = group.settled(read[4][1])
@@ -374,9 +374,9 @@ def test_a_checkpoint_that_holds_buffers_is_taken_only_when_a_state_is_asked_for
         assert rest == [b["id"].tolist() for b, _ in whole[state["batches"]:]]
     # the pass ended: its iterator is kept for a state until the next pass starts
     assert group.settled(whole[-1][1])["saved"]["ahead"] == []
-    assert group.settled(whole[0][1]) == {"batches": 1, "saved": None}  # not kept: re-read
+    assert group.settled(whole[0][1]) == {"batches": 1, "saved": None, "pass": 0}  # re-read
     next(iter(group.batches(None)))
-    assert group.settled(whole[-1][1]) == {"batches": len(whole), "saved": None}
+    assert group.settled(whole[-1][1]) == {"batches": len(whole), "saved": None, "pass": 0}
 
 
 def test_batches_read_ahead_are_kept_with_their_leaves_types():

@@ -42,6 +42,7 @@ from jaxload._src.compat.tf_ops import (
     tf_interleave,
     tf_one_to_one,
     tf_repeat,
+    tf_seed_generator,
     tf_shuffle,
     tf_shuffled,
 )
@@ -78,6 +79,8 @@ PRIVATE = (
                           "DatasetV2._inputs()"),
     ("tf_skips_in_place", "_TensorSliceDataset, range_op._RangeDataset (their class names)"),
     ("tf_repeat", "repeat_op._RepeatDataset._input_dataset, _count"),
+    ("tf_seed_generator", "gen_dataset_ops.anonymous_seed_generator, shuffle_dataset_v3; "
+                          "dataset_ops._VariantDataset"),
     ("tf_iterator_state", "tf.data.Iterator._iterator_resource, "
                           "tensorflow.python.ops.gen_dataset_ops.serialize_iterator, "
                           "deserialize_iterator"),
@@ -104,6 +107,6 @@ __all__ = [
     "grain_split_and_seeds", "tf_auto_shard", "tf_batch", "tf_from_graph", "tf_global_seed", "tf_graph",
     "tf_input_index", "tf_interleave", "tf_is_tensor_slices", "tf_log_level", "tf_logs_at_fixed_level",
     "tf_map_carrying", "tf_one_to_one", "tf_op_attrs", "tf_repeat", "tf_restore_iterator",
-    "tf_save_iterator", "tf_shuffle", "tf_shuffled", "tf_skips_in_place", "tf_source_tensors",
-    "tf_stateless", "thread_mesh", "PRIVATE",
+    "tf_save_iterator", "tf_seed_generator", "tf_shuffle", "tf_shuffled", "tf_skips_in_place",
+    "tf_source_tensors", "tf_stateless", "thread_mesh", "PRIVATE",
 ]

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from jaxload._src.pipelines.base import Batches, LocalSpec
+from jaxload._src.pipelines.tf import reseed
 from jaxload._src.pipelines.tf.graph import PARALLEL_INTERLEAVES, DatasetGraph
 from jaxload._src.pipelines.tf.iterator import (
     batches_of,
@@ -32,6 +33,7 @@ from jaxload._src.pipelines.tf.split import (
     HINT,
     NONE,
     Sharding,
+    real_rows,
     split,
     with_own_caches,
 )
@@ -73,8 +75,6 @@ class TfDataset:
         elif self.sharding.mode == HINT and graph.caches_to_files():
             self._share = with_own_caches(self._share, plan, HINT)
         self._replay = self._replayed_share(ds, graph)
-        if self._replay is not None:  # a state taken after a pass resumes at the next one
-            self.after_pass = functools.partial(after_pass, self._replay)
         self._stream = Split.of(self._ds, plan, remainder == DROP, batched) if (
             prove and self.sharding.mode == ELEMENTS and plan.shard_count > 1 and self._replay is None
             and plan.global_batch_size == global_batch_size) else None
@@ -85,8 +85,12 @@ class TfDataset:
             f"tf.data/{self.sharding.mode}")
         self._save = saveable(graph)
         self._live = None if self._symbolic or self._replay else Live()  # buffers: on demand
-        if self._live is not None:  # (Pipeline's optional settled and handed)
+        self._numbers = reseed.PassNumbers(user) if self._live is not None else None
+        if self._live is not None:  # (Pipeline's optional settled, handed and after_pass)
             self.settled, self.handed = self._live.settled, self._live.handed
+        if self._replay is not None or self._live is not None:  # a state taken after a pass
+            self.after_pass: Callable[[Any], Any] = (  # resumes at the next one
+                functools.partial(after_pass, self._replay) if self._replay else reseed.after_pass)
         self.positioning = positioning(self._replay.passes.shuffles if self._replay else None,
                                        self._save, self._symbolic)
         self.batches = self.from_row(0)
@@ -158,7 +162,9 @@ class TfDataset:
                                length=length - again if length not in (None, INFINITE) else length,
                                describe=self._same.described, proves=bool(self._stream))
             remaining = length - consumed if length not in (None, INFINITE) else length
-            return Batches(read(checkpointed(pipeline, position, live=self._live,
+            number, run = self._numbers.start(pipeline, position) if self._numbers else (
+                None, pipeline)
+            return Batches(read(checkpointed(run, position, live=self._live, number=number,
                                              ignore_external_state=bool(self._save))),
                            length=remaining, describe=self._same.described,
                            proves=bool(self._stream))
@@ -247,7 +253,7 @@ class TfDataset:
         k)``, or with a padded global batch its real rows of each step, as batches."""
         plan = self._plan
         if plan.global_batch_size != self._global:
-            return _real_rows(rest, self._global, plan)
+            return real_rows(rest, self._global, plan)
         return rest.shard(plan.shard_count, plan.shard_index)
 
     def _batched_group(self, group: Any, skip: int) -> Any:
@@ -273,20 +279,6 @@ _BY_FILES = (
     "from the state its own process took, as jaxload.checkpoint saves them). Resume on the same "
     "topology, restart the pass (no set_state), or build the loader with shard='elements', "
     "which can continue at any global row")
-
-
-def _real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
-    """Batches of this group's real rows when the global batch is padded: of every
-    ``global_batch_size`` elements, the ones at this group's rows (none for a group of padding).
-    """
-    import tensorflow as tf
-
-    start, rows = plan.global_rows[0], rows_read(plan, global_batch_size)
-    if not rows:
-        return ds.take(0).batch(1)
-    share = ds.batch(global_batch_size).map(
-        lambda b: tf.nest.map_structure(lambda x: x[start : start + rows], b))
-    return share.filter(lambda b: tf.shape(tf.nest.flatten(b)[0])[0] > 0)
 
 
 def _length(ds: Any) -> int | None:

@@ -57,13 +57,15 @@ _LEAST = 1e-5  # the least a save is taken to cost (s): a coarse CPU clock can r
 
 
 def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_external_state: bool,
-                 live: Live | None = None, clock: Callable[[], float] = time.perf_counter,
+                 live: Live | None = None, number: int | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
                  cost_clock: Callable[[], float] = time.thread_time,
                  ) -> Iterator[tuple[HostBatch, dict[str, Any] | int]]:
     """``pipeline``'s batches as numpy, each with the position after it, from ``position``
     (None: the start); ``clock`` times the time between saves, ``cost_clock`` the saves. With
     ``live`` (a checkpoint that holds buffers) nothing is saved as the pass runs: ``live`` takes
-    a checkpoint when a state is asked for (:mod:`~jaxload._src.pipelines.tf.on_demand`).
+    a checkpoint when a state is asked for (:mod:`~jaxload._src.pipelines.tf.on_demand`), and
+    its positions name the pass ``number`` (:mod:`~jaxload._src.pipelines.tf.reseed`).
 
     Example:
       >>> import tensorflow as tf
@@ -83,7 +85,8 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
     handed = (position or {}).get("batches", 0)
     if live is not None:
         batches = live.batches(owned.pop(), pipeline.element_spec, done, ahead, release=release,
-                               save=lambda iterator: save(iterator, ignore_external_state))
+                               save=lambda iterator: save(iterator, ignore_external_state),
+                               number=number)
         for _ in range(handed - done):  # read again since the checkpoint
             next(batches, None)
         yield from batches
@@ -184,7 +187,8 @@ def checked_batches(position: Any, proved: bool = False) -> int:
     """The batches handed out at a position of a pipeline positioned by iterator checkpoints
     or counts (None, ``n``, ``{"batches": n, "stream": digest}`` from a split that proves its
     stream, or ``{"batches": n, "saved": None or {"batches": m <= n, "state": base64}}``, with
-    ``"proved": True`` from such a split); a ValueError
+    ``"proved": True`` from such a split and ``"pass": k`` where the checkpoint holds buffers);
+    a ValueError
     naming what is wrong where it is not one, or where its checkpoint is of the other split
     than this pipeline's (``proved``: this pipeline's split proves its stream).
 
@@ -203,11 +207,13 @@ def checked_batches(position: Any, proved: bool = False) -> int:
             raise ValueError("the state's tf.data position must be {'batches': n, 'stream': 16 "
                              f"hex digits}}, got {position!r:.160}")
         return int(position["batches"])
-    if not isinstance(position, dict) or set(position) - {"proved"} != {"batches", "saved"}:
+    if not isinstance(position, dict) or set(position) - {"proved", "pass"} != {"batches", "saved"}:
         raise ValueError("the state's tf.data position is not one this pipeline's iterator "
                          "takes (a count of batches, or an iterator checkpoint): "
                          f"{position!r:.160} (a state of another pipeline?)")
     consumed, saved = position["batches"], position["saved"]
+    if "pass" in position and not is_nonnegative_int(position["pass"]):
+        raise ValueError(f"the state's position['pass'] must be an int >= 0, got {position['pass']!r}")
     if not is_nonnegative_int(consumed) or not (saved is None or isinstance(saved, dict) and (
             is_nonnegative_int(saved.get("batches")) and isinstance(saved.get("state"), str)
             and saved["batches"] <= consumed and set(saved) <= {"batches", "state", "ahead"}

@@ -69,10 +69,11 @@ class Live:
 
     def batches(self, iterator: Any, spec: Any, done: int, ahead: list[str], *,
                 save: Callable[[Any], bytes | None], release: Callable[[list[Any]], None],
-                ) -> Iterator[tuple[HostBatch, dict[str, Any]]]:
+                number: int | None = None) -> Iterator[tuple[HostBatch, dict[str, Any]]]:
         """The batches of ``iterator`` (``done`` batches into its pass; ``spec``: its element
         spec), after the ``ahead`` ones of a resumed state, each with its position; ``save``
-        checkpoints an iterator, ``release`` destroys the one in a list it is given."""
+        checkpoints an iterator, ``release`` destroys the one in a list it is given; ``number``:
+        the pass's, which each position names (``"pass"``) where given."""
         import tensorflow as tf
 
         with self._lock:
@@ -83,6 +84,7 @@ class Live:
             self._recent.extend((done + i, decoded(a, spec)) for i, a in enumerate(ahead, 1))
             self._save = save
             token, pending = self._token, collections.deque(self._recent)
+        tagged = {} if number is None else {"pass": number}
         while True:
             if pending:
                 count, batch = pending.popleft()
@@ -97,7 +99,7 @@ class Live:
                     self._read += 1
                     count = self._read
                     self._recent.append((count, batch))
-            yield batch, {"batches": count, "saved": None, "live": token}
+            yield batch, {"batches": count, "saved": None, "live": token, **tagged}
 
     def handed(self, position: Any) -> None:
         """Told (on the loop's thread) the position after each batch handed out: the batches

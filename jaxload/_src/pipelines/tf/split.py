@@ -35,6 +35,7 @@ from jaxload._src.pipelines.tf.names import (
     retval,
 )
 from jaxload._src.plan import Plan
+from jaxload._src.remainder import rows_read
 from jaxload._src.told import warn_once
 
 FILES, ELEMENTS, HINT, NONE = "files", "elements", "hint", "none"
@@ -231,3 +232,17 @@ def _warn(why: str, plan: Plan) -> None:
                f"1/{plan.shard_count} of them. Not by files: {why}. shard='elements' says "
                "reading everything is meant (and silences this warning)")
     warn_once(message, ShardingWarning, stacklevel=4)
+
+
+def real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
+    """Batches of this group's real rows when the global batch is padded: of every
+    ``global_batch_size`` elements, the ones at this group's rows (none for a group of padding).
+    """
+    import tensorflow as tf
+
+    start, rows = plan.global_rows[0], rows_read(plan, global_batch_size)
+    if not rows:
+        return ds.take(0).batch(1)
+    share = ds.batch(global_batch_size).map(
+        lambda b: tf.nest.map_structure(lambda x: x[start : start + rows], b))
+    return share.filter(lambda b: tf.shape(tf.nest.flatten(b)[0])[0] > 0)

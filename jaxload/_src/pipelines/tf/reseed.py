@@ -1,0 +1,158 @@
+"""The passes after a resume of a tf.data pipeline whose checkpoint holds its shuffle's buffer,
+in the order of the uninterrupted run's passes.
+
+A shuffle that reshuffles each pass draws each iterator's seeds from a seed generator that the
+dataset holds and every iterator of it shares: pass ``n`` is the ``n``-th iterator made. A
+checkpoint of an iterator records the generator's count while its shuffle is still reading,
+and a restore sets it; but once the shuffle's part of the pass is read (the last elements wait
+in the buffers above it) the checkpoint holds no shuffle, and a restore leaves the generator
+where making and restoring the iterator put it: the pass after a resume from the end of pass 5
+then had the order of pass 2, not 6. A count position (re-read on resume) started the pass at
+the generator's first order whatever its pass.
+
+So each position of such a pipeline records its pass (``"pass": n``), and a pass after a resume
+runs over a copy of the pipeline whose shuffles have seed generators of their own (the graph's
+handles renamed: TensorFlow makes a generator for a name it has not seen, from the shuffle's
+seeds), drawn forward to the pass wanted by shuffles of two elements over the same generators,
+which read nothing. Only shuffles with seeds, at the pipeline's top level, under no ``repeat``:
+for the rest a resume keeps TensorFlow's order (see docs/guides/resuming.md).
+
+Example:
+  >>> import tensorflow as tf
+  >>> ds = tf.data.Dataset.range(8).shuffle(8, seed=1).filter(lambda x: x % 2 == 0)
+  >>> orders = [[int(x) for x in ds] for _ in range(3)]
+  >>> copy = fresh_generators(ds)
+  >>> [int(x) for x in copy.at(2)] == orders[2]          # pass 2, drawn forward
+  True
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from jaxload._src import compat
+
+_SHUFFLE = "ShuffleDatasetV3"
+_RESOURCE = 20  # DT_RESOURCE
+# per user pipeline: [the next pass's number, whether a resume restored its generators]
+STARTED: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+
+
+class FreshGenerators:
+    """A pipeline rebuilt over seed generators of its own: :meth:`at` gives it positioned at a
+    pass. ``graph``: the pipeline's; ``handles``: its shuffles' generator handles (the graph's
+    ``Const`` nodes), each with that shuffle's seeds."""
+
+    def __init__(self, pipeline: Any, graph: Any, handles: list[tuple[Any, tuple[int, int]]]):
+        self._pipeline, self._graph, self._handles = pipeline, graph, handles
+        self._copy: Any = None
+        self._drawers: list[Any] = []
+        self._next = -1  # the pass the copy's next iterator has
+
+    def at(self, number: int, restores: bool = False) -> Any:
+        """The pipeline whose next iterator has pass ``number``'s order. ``restores``: that
+        iterator will be restored from a checkpoint, which may move its generators: the pass
+        after it starts from a new copy."""
+        if self._copy is None or self._next != number:
+            self._rebuild()
+            for _ in range(number):
+                for drawer in self._drawers:
+                    iter(drawer)  # draws a pass's seeds; reads nothing
+        self._next = -1 if restores else number + 1
+        return self._copy
+
+    def _rebuild(self) -> None:
+        """A copy of the pipeline whose shuffles name new generators (one per shuffle, with its
+        seeds), and for each a dataset whose iterators draw from it."""
+        made = [compat.tf_seed_generator(seeds) for _, seeds in self._handles]
+        graph = type(self._graph)()
+        graph.CopyFrom(self._graph)
+        consts = {node.name: node for node in graph.node}
+        for (const, _), (drawer, _) in zip(self._handles, made, strict=True):
+            consts[const.name].attr["value"].CopyFrom(_handle(compat.tf_graph(drawer)).attr["value"])
+        self._copy = compat.tf_from_graph(graph, self._pipeline.element_spec)
+        self._copy._jaxload_generators = made  # they live as long as the copy
+        self._drawers = [drawer for drawer, _ in made]
+
+
+def fresh_generators(pipeline: Any) -> FreshGenerators | None:
+    """``pipeline`` over seed generators of its own (see the module docstring), or None where
+    it has no shuffle that reshuffles or one this cannot position: an unseeded one, one in a
+    function (an ``interleave``'s), one under a ``repeat``, another op with a generator."""
+    graph = compat.tf_graph(pipeline)
+    nodes = {node.name: node for node in graph.node}
+    generators = {n.name for n in graph.node if n.op == "Const" and n.attr["dtype"].type == _RESOURCE
+                  and "SeedGenerator" in n.attr["value"].tensor.resource_handle_val[0].name}
+    if not generators or any(n.op == "RepeatDataset" for n in graph.node) or any(
+            node.op == _SHUFFLE or node.op.startswith("Random") for function in
+            graph.library.function for node in function.node_def):
+        return None
+    handles = []
+    for node in graph.node:
+        inputs = [name.split(":")[0].lstrip("^") for name in node.input]
+        if not any(name in generators for name in inputs):
+            continue
+        if node.op != _SHUFFLE or not node.attr["reshuffle_each_iteration"].b or len(inputs) < 5:
+            return None
+        seeds = tuple(_scalar(nodes[name]) for name in inputs[2:4])
+        if None in seeds or seeds == (0, 0):  # unseeded: its own draw each run
+            return None
+        handles.append((nodes[inputs[4]], (seeds[0], seeds[1])))
+    return FreshGenerators(pipeline, graph, handles)  # type: ignore[arg-type]
+
+
+def _handle(graph: Any) -> Any:
+    """The seed generator handle's ``Const`` node of a graph with one shuffle."""
+    return next(node for node in graph.node
+                if node.op == "Const" and node.attr["dtype"].type == _RESOURCE)
+
+
+def _scalar(const: Any) -> int | None:
+    values = const.attr["value"].tensor.int64_val
+    return int(values[0]) if len(values) == 1 else None
+
+
+class PassNumbers:
+    """Which pass of a user's pipeline each pass of a loader is, counted per user pipeline (as
+    TensorFlow counts a shuffle's iterators: loaders built per epoch over one pipeline go on
+    from each other), and the pipeline to run it over: the loader's own, or after a resume
+    restored its generators, a copy over fresh ones (:class:`FreshGenerators`)."""
+
+    def __init__(self, user: Any):
+        self._user = user
+        self._fresh: weakref.WeakKeyDictionary[Any, FreshGenerators | None] = (
+            weakref.WeakKeyDictionary())
+
+    def start(self, pipeline: Any, position: Any) -> tuple[int, Any]:
+        """``(number, pipeline)`` for a pass from ``position`` (None: the next pass; a
+        position with ``"pass"``: that pass, resumed) over ``pipeline``."""
+        number = position.get("pass") if isinstance(position, dict) else None
+        started = STARTED.setdefault(self._user, [0, False])
+        if number is None:
+            number = started[0]
+        else:  # a resume sets the generators where its checkpoint (or none) leaves them
+            started[1] = True
+        started[0] = number + 1
+        if not started[1]:
+            return number, pipeline
+        if pipeline not in self._fresh:
+            self._fresh[pipeline] = fresh_generators(pipeline)
+        fresh = self._fresh[pipeline]
+        if fresh is None:
+            return number, pipeline
+        restores = isinstance(position, dict) and position.get("saved") is not None
+        return number, fresh.at(number, restores=restores)
+
+
+def after_pass(position: Any) -> dict[str, Any] | None:
+    """The position where the pass after the one ending at ``position`` starts (its number
+    the next, no batch handed out), where ``position`` names its pass; else None.
+
+    Example:
+      >>> after_pass({"batches": 7, "saved": None, "live": 3, "pass": 2})
+      {'batches': 0, 'saved': None, 'pass': 3}
+    """
+    if not isinstance(position, dict) or not isinstance(position.get("pass"), int):
+        return None
+    return {"batches": 0, "saved": None, "pass": position["pass"] + 1}
