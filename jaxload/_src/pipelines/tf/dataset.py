@@ -64,7 +64,7 @@ class TfDataset:
         graph, user = read_graph(ds), ds
         self._symbolic = graph.symbolic()
         if self._symbolic and graph.ops() & PARALLEL_INTERLEAVES:  # else nothing to rebuild
-            ds = sequential_interleaves(ds)
+            ds = sequential_interleaves(ds, graph.graph)
         self._ds, self._plan, self._global = ds, plan, global_batch_size
         self._batched, self._remainder = batched, remainder
         self._share, self.sharding = (ds, Sharding(NONE)) if shard in (False, FUNCTION) else (

@@ -34,7 +34,7 @@ _INTERLEAVE = "InterleaveDataset"
 _READ_AHEAD = "jaxload_read_ahead"
 
 
-def sequential_interleaves(ds: Any) -> Any:
+def sequential_interleaves(ds: Any, graph: Any = None) -> Any:
     """``ds`` with each parallel interleave rebuilt as ``interleave(lambda x: f(x).prefetch(n),
     cycle_length, block_length)``, ``n`` its ``buffer_output_elements`` (by default ``2 *
     block_length + 1``), and as it is without one. Only for parallel interleaves that keep
@@ -42,9 +42,13 @@ def sequential_interleaves(ds: Any) -> Any:
 
     The ``cycle_length`` inputs are read in parallel as before, one thread each; what is lost
     is the opening of the next inputs (files) ahead of their turn, which TensorFlow's restore of
-    a symbolic checkpoint cannot take (see the module).
+    a symbolic checkpoint cannot take (see the module). ``graph``: ``ds``'s, where read
+    already (a copy is changed: the pipeline is not serialized again).
     """
-    graph = compat.tf_graph(ds)
+    if graph is None:
+        graph = compat.tf_graph(ds)
+    else:
+        graph = type(graph).FromString(graph.SerializeToString())
     functions = {f.signature.name: f for f in graph.library.function}
     scopes = [graph.node] + [f.node_def for f in functions.values()]
     read_ahead: set[str] = set()
