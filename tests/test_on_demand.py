@@ -183,3 +183,54 @@ def test_the_passes_after_a_resume_from_a_pass_end_reshuffle_as_without_it_in_re
     later = [each("later", p) for p in range(first, len(results[0]["later"]))]
     assert later == [each("passes", 2), each("passes", 3)]
     assert each("passes", 2) != each("passes", 3)  # they reshuffle: the test can fail
+
+
+def passes_with_a_state(stop: int) -> dict:
+    """Worker: passes 0 to 2 of a kept loader over :func:`two_shuffles`, a state taken at
+    step ``stop`` of pass 1."""
+    import jax
+
+    warnings.simplefilter("ignore")  # the state's size
+    kept = jaxload.from_tf_data(two_shuffles(), jaxload.data_parallel(), global_batch_size=16)
+    passes, state = [], None
+    for number in range(3):
+        passes.append([])
+        for batch in kept:
+            passes[-1].append(record(batch))
+            if number == 1 and len(passes[-1]) == stop:
+                state = kept.get_state()
+    return dict(process_index=jax.process_index(), passes=passes, state=state)
+
+
+def resumed_elsewhere(states: list[dict]) -> dict:
+    """Worker: a fresh loader on another topology resumed from the state of process 0 (a
+    state under another plan continues at its global row), its pass and the next."""
+    import jax
+
+    warnings.simplefilter("ignore")
+    loader = jaxload.from_tf_data(two_shuffles(), jaxload.data_parallel(), global_batch_size=16)
+    loader.set_state(states[0])
+    later = [[record(batch) for batch in loader] for _ in range(2)]
+    return dict(process_index=jax.process_index(), later=later)
+
+
+@pytest.mark.cluster
+def test_a_state_with_buffers_continues_its_pass_order_on_another_topology_in_real_processes(
+        clusters):
+    # on another topology the pass restarts at the state's global row: of its own pass's
+    # order, not of the first pass's (which gave other rows: some twice in the epoch, some never)
+    stop = 3
+    taken = clusters.run(passes_with_a_state, num_processes=2, local_devices=4, args=(stop,),
+                         timeout_s=240)
+    states = [json.loads(json.dumps(r["state"])) for r in taken]
+    assert states[0]["position"]["pass"] == 1 and states[0]["rows"] == 16 * stop
+    resumed = clusters.run(resumed_elsewhere, num_processes=4, local_devices=2, args=(states,),
+                           timeout_s=240)
+
+    def steps(results: list[dict], key: str, number: int) -> list[list[int]]:  # as multisets:
+        return [sorted(rows([{"s": r[key][number]} for r in results], "s", s))  # the rows
+                for s in range(len(results[0][key][number]))]  # of a step sit by group
+
+    assert steps(resumed, "later", 0) == steps(taken, "passes", 1)[stop:]
+    assert steps(resumed, "later", 1) == steps(taken, "passes", 2)
+    assert steps(taken, "passes", 1) != steps(taken, "passes", 2)

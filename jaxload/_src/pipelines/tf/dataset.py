@@ -103,7 +103,8 @@ class TfDataset:
         self.elastic = Elastic(from_row=None if why_not else self.from_row, why_not=why_not,
                                length=length if length >= 0 else None, rows_per_step=global_batch_size,
                                fingerprint=self._same.fingerprint,
-                               carried=None if self._replay is None else self._replay.carried)
+                               carried=self._replay.carried if self._replay else (
+                                   reseed.carried if self._live else None))
 
     def check_position(self, resume: dict[str, Any], batch_a_step: bool = True) -> None:
         """A ValueError naming what is wrong with the backend position a state resumes at

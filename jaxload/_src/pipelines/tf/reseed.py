@@ -32,6 +32,7 @@ import weakref
 from typing import Any
 
 from jaxload._src import compat
+from jaxload._src.validate import is_nonnegative_int
 
 _SHUFFLE = "ShuffleDatasetV3"
 _RESOURCE = 20  # DT_RESOURCE
@@ -143,6 +144,20 @@ class PassNumbers:
             return number, pipeline
         restores = isinstance(position, dict) and position.get("saved") is not None
         return number, fresh.at(number, restores=restores)
+
+
+def carried(position: Any) -> dict[str, Any] | None:
+    """The start of a pass from a global row under another plan, given the position of a
+    state taken under the old one: the same pass (the row is one of its order), no batch
+    handed out; None where the position names no pass.
+
+    Example:
+      >>> carried({"batches": 5, "saved": {"batches": 5, "state": "..."}, "pass": 2})
+      {'batches': 0, 'saved': None, 'pass': 2}
+    """
+    if not isinstance(position, dict) or not is_nonnegative_int(position.get("pass")):
+        return None
+    return {"batches": 0, "saved": None, "pass": position["pass"]}
 
 
 def after_pass(position: Any) -> dict[str, Any] | None:
