@@ -122,6 +122,20 @@ def test_initialize_refuses_options_the_installed_jax_does_not_take():
         jaxload.initialize(heartbeat_timeout_s=0)
 
 
+def test_initialize_under_launch_refuses_coordinates_of_its_own(monkeypatch):
+    # a script edited for processes started by hand, then run under jaxload launch: JAX's own
+    # error was "got multiple values for keyword argument 'coordinator_address'"
+    import pytest
+
+    from jaxload._src import cluster
+
+    monkeypatch.setenv(cluster._ENV_PROCESSES, "2")
+    with pytest.raises(ValueError, match=r"initialize\(coordinator_address=\.\.\., process_id="
+                                         r"\.\.\.\) under jaxload launch .* without "
+                                         r"coordinator_address, process_id"):
+        jaxload.initialize(coordinator_address="127.0.0.1:1234", process_id=0)
+
+
 def test_plan_says_what_each_loading_group_reads_of_files(capsys):
     assert cli.main(["plan", "--processes", "64", "--local-devices", "8",
                      "--global-batch-size", "2048", "--files", "1000"]) == 0

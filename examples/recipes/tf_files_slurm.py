@@ -67,7 +67,7 @@ for epoch in range(EPOCHS):
           f"{batch['image'].shape} ({loader.plan.local_batch_size} rows loaded here each step), "
           f"loss {float(loss):.3f}")
 
-# Output (2 processes x 4 CPU devices):
-# [0] input: tf.data by files: each loading group reads 8 of the 16 files
-# [0] process 0: epoch 0, 8 steps of (1024, 8, 8, 3) (512 rows loaded here each step), loss
-# [1] process 1: epoch 1, 8 steps of (1024, 8, 8, 3) (512 rows loaded here each step), loss
+# Output (2 processes x 4 CPU devices; docs/recipes.md has it whole):
+# [0] input: tf.data by files: each loading group reads 8 of the 16 files (1/2 of the records)
+# [1] process 1: epoch 0, 8 steps of (1024, 8, 8, 3) (512 rows loaded here each step), loss 13.600
+# [0] process 0: epoch 0, 8 steps of (1024, 8, 8, 3) (512 rows loaded here each step), loss 13.600

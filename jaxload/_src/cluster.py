@@ -94,6 +94,13 @@ def _initialize_launched(options: dict[str, Any]) -> None:
     gloo CPU collectives; a single process needs no ``jax.distributed``."""
     import jax
 
+    given = [key for key in ("coordinator_address", "num_processes", "process_id") if key in options]
+    if given:
+        raise ValueError(
+            f"jaxload.initialize({', '.join(f'{key}=...' for key in given)}) under jaxload launch "
+            "(or jaxload.testing), which gives every process the cluster's coordinates itself: "
+            f"call jaxload.initialize() without {', '.join(given)} (keep them where you start "
+            "the processes by hand)")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     num_processes = int(os.environ[_ENV_PROCESSES])
     if num_processes <= 1:
