@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -134,6 +135,18 @@ def test_initialize_under_launch_refuses_coordinates_of_its_own(monkeypatch):
                                          r"\.\.\.\) under jaxload launch .* without "
                                          r"coordinator_address, process_id"):
         jaxload.initialize(coordinator_address="127.0.0.1:1234", process_id=0)
+
+
+@pytest.mark.cluster
+def test_initialize_without_a_cluster_says_how_to_get_one():
+    # plain `python train.py` of the README's script: JAX's own error names none of the ways
+    done = subprocess.run(
+        [sys.executable, "-c", "import jaxload; jaxload.initialize()"], capture_output=True,
+        text=True, timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "JAXLOAD_"))})
+    assert done.returncode == 1
+    assert "found no cluster to join (coordinator_address should be defined.)" in done.stderr
+    assert "jaxload launch -n 2" in done.stderr and "coordinator_address=" in done.stderr
 
 
 def test_plan_says_what_each_loading_group_reads_of_files(capsys):

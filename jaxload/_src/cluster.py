@@ -31,8 +31,10 @@ def initialize(*, heartbeat_timeout_s: int | None = None, **kwargs: Any) -> None
     """Sets up ``jax.distributed`` for this process; call it before any other JAX work.
 
     Under ``jaxload launch`` (or :mod:`jaxload.testing`): the local CPU cluster described by the
-    environment, with gloo CPU collectives (a single process needs no ``jax.distributed``).
-    Anywhere else: ``jax.distributed.initialize(**kwargs)``.
+    environment, with gloo CPU collectives (a single process needs no ``jax.distributed``);
+    coordinates of its own are refused there. Anywhere else: ``jax.distributed.initialize(
+    **kwargs)``, and where it finds no cluster and is given none, a ``ValueError`` that says
+    how to start one.
 
     ``heartbeat_timeout_s``: how long a process may go without a heartbeat before JAX's
     coordination service declares it dead and ends every process (JAX's default: 100 s). A
@@ -61,7 +63,17 @@ def initialize(*, heartbeat_timeout_s: int | None = None, **kwargs: Any) -> None
 
     kwargs = _distributed_options(heartbeat_timeout_s, kwargs)
     if _ENV_PROCESSES not in os.environ:
-        jax.distributed.initialize(**kwargs)
+        try:
+            jax.distributed.initialize(**kwargs)
+        except ValueError as e:  # JAX found no cluster and was told none
+            if {"coordinator_address", "num_processes", "process_id"} <= set(kwargs):
+                raise
+            raise ValueError(
+                f"jaxload.initialize() found no cluster to join ({e}): JAX detects SLURM, "
+                "Cloud TPU VMs, Kubernetes and Open MPI by themselves. On one machine, run the "
+                "script under `jaxload launch -n 2 --local-devices 4 -- python train.py`; "
+                "elsewhere pass coordinator_address=, num_processes= and process_id=; a single "
+                "process needs no jaxload.initialize()") from e
         return
     _initialize_launched(kwargs)
 
