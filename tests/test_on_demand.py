@@ -234,3 +234,22 @@ def test_a_state_with_buffers_continues_its_pass_order_on_another_topology_in_re
     assert steps(resumed, "later", 0) == steps(taken, "passes", 1)[stop:]
     assert steps(resumed, "later", 1) == steps(taken, "passes", 2)
     assert steps(taken, "passes", 1) != steps(taken, "passes", 2)
+
+
+def test_fresh_generators_give_any_pass_of_the_seeded_shuffles_that_reshuffle():
+    from jaxload._src.pipelines.tf.reseed import fresh_generators
+
+    def pipeline(seed=1):  # one shuffle the same every pass, one that reshuffles
+        ds = tf.data.Dataset.range(24).shuffle(24, seed=seed, reshuffle_each_iteration=False)
+        return ds.filter(lambda x: x % 3 > 0).shuffle(6, seed=2)
+
+    kept = pipeline()
+    orders = [[int(x) for x in kept] for _ in range(4)]
+    assert orders[2] != orders[3]
+    fresh = fresh_generators(pipeline())
+    assert [[int(x) for x in fresh.at(n)] for n in (3, 1, 2)] == [orders[3], orders[1], orders[2]]
+    tf.random.set_seed(None)  # no global seed: TensorFlow's op seeds (0, 0)
+    unseeded = tf.data.Dataset.range(8).shuffle(8).filter(lambda x: x > 0)
+    repeated = tf.data.Dataset.range(8).shuffle(8, seed=1).repeat(2)
+    fixed = tf.data.Dataset.range(8).shuffle(8, seed=1, reshuffle_each_iteration=False)
+    assert [fresh_generators(ds) for ds in (unseeded, repeated, fixed)] == [None, None, None]

@@ -94,13 +94,15 @@ def fresh_generators(pipeline: Any) -> FreshGenerators | None:
         inputs = [name.split(":")[0].lstrip("^") for name in node.input]
         if not any(name in generators for name in inputs):
             continue
-        if node.op != _SHUFFLE or not node.attr["reshuffle_each_iteration"].b or len(inputs) < 5:
+        if node.op != _SHUFFLE or len(inputs) < 5:
             return None
+        if not node.attr["reshuffle_each_iteration"].b:  # the same order every pass
+            continue
         seeds = tuple(_scalar(nodes[name]) for name in inputs[2:4])
         if None in seeds or seeds == (0, 0):  # unseeded: its own draw each run
             return None
         handles.append((nodes[inputs[4]], (seeds[0], seeds[1])))
-    return FreshGenerators(pipeline, graph, handles)  # type: ignore[arg-type]
+    return FreshGenerators(pipeline, graph, handles) if handles else None  # type: ignore[arg-type]
 
 
 def _handle(graph: Any) -> Any:
