@@ -4,12 +4,10 @@ Each ``iter(loader)`` is one pass over the data, run by :class:`jaxload._src.pas
 steps are handed out, all processes agree on how many exist (:mod:`jaxload._src.protocol`), so a
 process that runs out of data early never leaves the others blocked in a collective, and a process
 that fails stops the others with its error. The iterator (:mod:`jaxload._src.iterator`) hands out,
-reshards (``load_once``) and checks the batches on the loop's thread, and records the position
-that :meth:`Loader.get_state` returns.
+reshards (``load_once``), checks the batches and records the position :meth:`Loader.get_state` returns.
 
-A pass stopped early tells the others from :meth:`LoaderIterator.close` (also called by ``with``,
-the next ``iter(loader)`` and :meth:`Loader.close`); an iterator dropped without ``close()`` is
-closed on a background thread, never inside a finalizer."""
+A pass stopped early tells the others from :meth:`LoaderIterator.close` (``with``, the next
+``iter(loader)``, :meth:`Loader.close`); one dropped is closed on a background thread."""
 
 from __future__ import annotations
 
@@ -81,8 +79,7 @@ class Loader(Checkpointable, Explained):
     def __init__(self, pipeline: Pipeline, layout: Layout, plan: Plan, config: LoaderConfig,
                  schedule: Schedule | None = None):
         """Built by :func:`jaxload.from_grain` / :func:`jaxload.from_tf_data`: ``pipeline`` is
-        this loading group's share of the data (:mod:`jaxload._src.pipelines`), ``plan`` what
-        this process loads, ``config`` the validated options."""
+        this group's share (:mod:`jaxload._src.pipelines`), ``plan`` what this process loads."""
         self.layout, self.config, self._schedule = layout, config, schedule
         self.plan = plan if schedule is None else schedule.plan  # (the pipeline's: plan)
         self.prefetch, self.remainder = config.prefetch, config.remainder
@@ -111,13 +108,16 @@ class Loader(Checkpointable, Explained):
         start, self._resume = self._resume, START
         if self._schedule is not None and start is START:  # the schedule goes on
             start = next_pass(self._position, start)
-        return self._iter_from(start)
+        elif start is START and self._position["step"] == 0 and self._position["position"]:
+            return self._iter_from(start, shown=self._position)  # a finished pass's state
+        return self._iter_from(start)  # (which names the next pass: until its first batch)
 
-    def _iter_from(self, start: dict[str, Any]) -> LoaderIterator:
+    def _iter_from(self, start: dict[str, Any], shown: dict[str, Any] | None = None
+                   ) -> LoaderIterator:
         """The only way a pass starts: at ``start`` (``step``, ``origin``: the global row its
-        pipeline starts at, backend ``position``)."""
+        pipeline starts at, backend ``position``); ``shown``: its state until its first batch."""
         self.close()
-        self._position = start
+        self._position = shown or start
         name = whereabouts.CREATED.new(f"loader/{self.name}/pass",
                                        f"loader {self.name!r} pass {{ordinal}}")
         waiting = threading.Event()  # the loop waits in next(): blocked on this pass's rounds

@@ -67,6 +67,10 @@ class Passes:
         # peeled? -> the shuffle of file names under the input, if any (rebuilt for each twin)
         self._names = {peel: names_shuffle(ds) for peel, ds in ((False, self._whole),
                                                                  (True, self._base))}
+        if self._names[False] is not None and self._names[True] is None:  # the maps peeled
+            # are all there is over the inner shuffle: peeled, it would be the user's own
+            # shuffle, drawing its orders from its own count, not rebuilt for each pass
+            self._base, self.below, self._names[True] = self._whole, (), self._names[False]
         self._built_inputs: dict[bool, Any] = {}  # peeled? -> the input the twin shuffles
         self._lock = threading.Lock()
         self._twins: dict[bool, tuple[Any, int]] = {}  # peeled? -> twin, iterators made of it
