@@ -253,6 +253,13 @@ def test_fresh_generators_give_any_pass_of_the_seeded_shuffles_that_reshuffle():
     repeated = tf.data.Dataset.range(8).shuffle(8, seed=1).repeat(2)
     fixed = tf.data.Dataset.range(8).shuffle(8, seed=1, reshuffle_each_iteration=False)
     assert [fresh_generators(ds) for ds in (unseeded, repeated, fixed)] == [None, None, None]
+    below = tf.data.Dataset.range(8).repeat(2).shuffle(16, seed=1)  # a repeat under it,
+    cached = tf.data.Dataset.range(8).shuffle(8, seed=1).cache()  # a cache over it (its first
+    drawn = tf.data.Dataset.range(8).shuffle(8, seed=1).map(  # order each pass), a random op
+        lambda x: x + tf.cast(tf.random.uniform([]) * 0, tf.int64))  # in a map's function
+    for make in (below, cached, drawn):
+        orders = [[int(x) for x in make] for _ in range(3)]
+        assert [int(x) for x in fresh_generators(make).at(2)] == orders[2]
 
 
 def shuffle_map_shuffle():

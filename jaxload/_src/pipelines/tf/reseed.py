@@ -14,8 +14,9 @@ So each position of such a pipeline records its pass (``"pass": n``), and a pass
 runs over a copy of the pipeline whose shuffles have seed generators of their own (the graph's
 handles renamed: TensorFlow makes a generator for a name it has not seen, from the shuffle's
 seeds), drawn forward to the pass wanted by shuffles of two elements over the same generators,
-which read nothing. Only shuffles with seeds, at the pipeline's top level, under no ``repeat``:
-for the rest a resume keeps TensorFlow's order (see docs/guides/resuming.md).
+which read nothing (a shuffle under a ``cache`` keeps its first pass's order, as the cache
+does). Only shuffles with seeds, at the pipeline's top level, under no ``repeat``: for the rest
+a resume keeps TensorFlow's order (see docs/guides/resuming.md).
 
 Example:
   >>> import tensorflow as tf
@@ -43,9 +44,10 @@ STARTED: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 class FreshGenerators:
     """A pipeline rebuilt over seed generators of its own: :meth:`at` gives it positioned at a
     pass. ``graph``: the pipeline's; ``handles``: its shuffles' generator handles (the graph's
-    ``Const`` nodes), each with that shuffle's seeds."""
+    ``Const`` nodes), each with that shuffle's seeds and its draws a pass (1; 0 under a cache)."""
 
-    def __init__(self, pipeline: Any, graph: Any, handles: list[tuple[Any, tuple[int, int]]]):
+    def __init__(self, pipeline: Any, graph: Any,
+                 handles: list[tuple[Any, tuple[int, int], int]]):
         self._pipeline, self._graph, self._handles = pipeline, graph, handles
         self._copy: Any = None
         self._drawers: list[Any] = []
@@ -57,8 +59,8 @@ class FreshGenerators:
         after it starts from a new copy."""
         if self._copy is None or self._next != number:
             self._rebuild()
-            for _ in range(number):
-                for drawer in self._drawers:
+            for drawer, (_, _, draws) in zip(self._drawers, self._handles, strict=True):
+                for _ in range(number * draws):
                     iter(drawer)  # draws a pass's seeds; reads nothing
         self._next = -1 if restores else number + 1
         return self._copy
@@ -66,11 +68,11 @@ class FreshGenerators:
     def _rebuild(self) -> None:
         """A copy of the pipeline whose shuffles name new generators (one per shuffle, with its
         seeds), and for each a dataset whose iterators draw from it."""
-        made = [compat.tf_seed_generator(seeds) for _, seeds in self._handles]
+        made = [compat.tf_seed_generator(seeds) for _, seeds, _ in self._handles]
         graph = type(self._graph)()
         graph.CopyFrom(self._graph)
         consts = {node.name: node for node in graph.node}
-        for (const, _), (drawer, _) in zip(self._handles, made, strict=True):
+        for (const, _, _), (drawer, _) in zip(self._handles, made, strict=True):
             consts[const.name].attr["value"].CopyFrom(_handle(compat.tf_graph(drawer)).attr["value"])
         self._copy = compat.tf_from_graph(graph, self._pipeline.element_spec)
         self._copy._jaxload_generators = made  # they live as long as the copy
@@ -80,15 +82,19 @@ class FreshGenerators:
 def fresh_generators(pipeline: Any) -> FreshGenerators | None:
     """``pipeline`` over seed generators of its own (see the module docstring), or None where
     it has no shuffle that reshuffles or one this cannot position: an unseeded one, one in a
-    function (an ``interleave``'s), one under a ``repeat``, another op with a generator."""
+    function (an ``interleave``'s), one under a ``repeat``, another op with a generator. A
+    shuffle under a ``cache`` has its first pass's order in every pass, as the cache keeps it."""
     graph = compat.tf_graph(pipeline)
     nodes = {node.name: node for node in graph.node}
     generators = {n.name for n in graph.node if n.op == "Const" and n.attr["dtype"].type == _RESOURCE
                   and "SeedGenerator" in n.attr["value"].tensor.resource_handle_val[0].name}
-    if not generators or any(n.op == "RepeatDataset" for n in graph.node) or any(
-            node.op == _SHUFFLE or node.op.startswith("Random") for function in
-            graph.library.function for node in function.node_def):
+    if not generators or any("Dataset" in node.op and ("Shuffle" in node.op or "Random" in node.op)
+                             for function in graph.library.function for node in function.node_def):
         return None
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name.split(":")[0].lstrip("^"), []).append(node)
     handles = []
     for node in graph.node:
         inputs = [name.split(":")[0].lstrip("^") for name in node.input]
@@ -99,10 +105,24 @@ def fresh_generators(pipeline: Any) -> FreshGenerators | None:
         if not node.attr["reshuffle_each_iteration"].b:  # the same order every pass
             continue
         seeds = tuple(_scalar(nodes[name]) for name in inputs[2:4])
-        if None in seeds or seeds == (0, 0):  # unseeded: its own draw each run
-            return None
-        handles.append((nodes[inputs[4]], (seeds[0], seeds[1])))
+        above = {op.op for op in _downstream(node, consumers)}
+        if None in seeds or seeds == (0, 0) or "RepeatDataset" in above:  # unseeded: its own
+            return None  # draw each run; under a repeat: a draw per repetition
+        cached = any(op.startswith("CacheDataset") for op in above)
+        handles.append((nodes[inputs[4]], (seeds[0], seeds[1]), 0 if cached else 1))
     return FreshGenerators(pipeline, graph, handles) if handles else None  # type: ignore[arg-type]
+
+
+def _downstream(node: Any, consumers: dict[str, list[Any]]) -> list[Any]:
+    """The nodes that take ``node``'s output, directly or through others."""
+    found: dict[str, Any] = {}
+    stack = list(consumers.get(node.name, []))
+    while stack:
+        current = stack.pop()
+        if current.name not in found:
+            found[current.name] = current
+            stack.extend(consumers.get(current.name, []))
+    return list(found.values())
 
 
 def _handle(graph: Any) -> Any:
