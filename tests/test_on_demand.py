@@ -271,8 +271,9 @@ def shuffle_map_shuffle():
 
 def resume_pass_one(kind: str, when: str) -> dict:
     """Worker: passes 0 to 3 of a kept loader; a state taken in pass 1 after its first step
-    (``"step"``), or once its ``iter()`` began and before its first batch (``"begun"``); a
-    fresh loader over a fresh pipeline resumed from it, three passes."""
+    (``"step"``), or once its ``iter()`` began and before its first batch (``"begun"``; after
+    pass 0 was left early: ``"break"``); a fresh loader over a fresh pipeline resumed from it,
+    three passes."""
     import jax
 
     make = {"shuffle map shuffle": shuffle_map_shuffle, "two shuffles": two_shuffles}[kind]
@@ -284,8 +285,9 @@ def resume_pass_one(kind: str, when: str) -> dict:
     kept = loader()
     passes = [[record(batch) for batch in kept] for _ in range(4)]
     taken = loader()
-    for _ in taken:
-        pass
+    for number, batch in enumerate(taken):  # pass 0 whole, or its first 2 steps (a break)
+        if when == "break" and number == 1:
+            break
     with iter(taken) as batches:
         if when == "step":
             next(batches)
@@ -298,7 +300,8 @@ def resume_pass_one(kind: str, when: str) -> dict:
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("kind,when", [("shuffle map shuffle", "step"),
-                                       ("shuffle map shuffle", "begun"), ("two shuffles", "begun")])
+                                       ("shuffle map shuffle", "begun"), ("two shuffles", "begun"),
+                                       ("shuffle map shuffle", "break"), ("two shuffles", "break")])
 def test_a_resume_in_the_second_pass_gives_its_rows_and_the_passes_after_in_real_processes(
         clusters, kind, when):
     # shuffle-map-shuffle: resumed, the inner shuffle took its first pass's order (other rows

@@ -87,8 +87,7 @@ class Loader(Checkpointable, Explained):
         self._handed = getattr(pipeline, "handed", lambda position: None)  # (see Pipeline)
         self.name = whereabouts.loader_name(config.name)
         self._local_spec: Any = None
-        self._stats = Stats(jax.process_index())
-        self._recorder = Recorder(config.record, plan.shard_index)
+        self._stats, self._recorder = Stats(jax.process_index()), Recorder(config.record, plan.shard_index)
         self._position: dict[str, Any] = START  # the current (or last) pass's (see START)
         self._resume: dict[str, Any] = START  # where the next pass starts
         self._current: weakref.ref[LoaderIterator] | None = None
@@ -108,14 +107,15 @@ class Loader(Checkpointable, Explained):
         start, self._resume = self._resume, START
         if self._schedule is not None and start is START:  # the schedule goes on
             start = next_pass(self._position, start)
-        elif start is START and self._position["step"] == 0 and self._position["position"]:
-            return self._iter_from(start, shown=self._position)  # a finished pass's state
-        return self._iter_from(start)  # (which names the next pass: until its first batch)
+        shown, after = self._position, getattr(self._pipeline, "after_pass", None)
+        if start is not START or not shown["position"]:  # (shown: the state until its first
+            shown = start  # batch: a finished pass's names the next pass; after a break, the
+        elif shown["step"]:  # pipeline's after_pass names it)
+            shown = start if after is None else {**START, "position": after(shown["position"])}
+        return self._iter_from(start, shown)
 
-    def _iter_from(self, start: dict[str, Any], shown: dict[str, Any] | None = None
-                   ) -> LoaderIterator:
-        """The only way a pass starts: at ``start`` (``step``, ``origin``: the global row its
-        pipeline starts at, backend ``position``); ``shown``: its state until its first batch."""
+    def _iter_from(self, start: dict[str, Any], shown: dict[str, Any] | None = None) -> LoaderIterator:
+        """The only way a pass starts: at ``start`` (``step``, ``origin``, backend ``position``)."""
         self.close()
         self._position = shown or start
         name = whereabouts.CREATED.new(f"loader/{self.name}/pass",
