@@ -285,7 +285,7 @@ def resume_pass_one(kind: str, when: str) -> dict:
     kept = loader()
     passes = [[record(batch) for batch in kept] for _ in range(4)]
     taken = loader()
-    for number, batch in enumerate(taken):  # pass 0 whole, or its first 2 steps (a break)
+    for number, _ in enumerate(taken):  # pass 0 whole, or its first 2 steps (a break)
         if when == "break" and number == 1:
             break
     with iter(taken) as batches:
