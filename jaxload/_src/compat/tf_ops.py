@@ -40,21 +40,22 @@ def tf_shuffled(ds: Any, buffer_size: int, seeds: tuple[int, int], reshuffle: bo
     return dataset_ops._VariantDataset(variant, ds.element_spec)
 
 
-def tf_seed_generator(seeds: tuple[int, int]) -> tuple[Any, Any]:
+def tf_seed_generator(seeds: tuple[int, int], reshuffle: bool = True) -> tuple[Any, Any]:
     """A seed generator of a shuffle that reshuffles, made as ``Dataset.shuffle`` makes one
     (``gen_dataset_ops.anonymous_seed_generator``), and ``range(2)`` shuffled with it: each
     iterator of that draws one pass's seeds from the generator. The generator lives as long as
     the dataset (its deleter is kept with it); a graph that names the generator's handle (the
-    dataset's, serialized) shares it."""
+    dataset's, serialized) shares it. ``reshuffle=False``: one that gives every iterator the
+    same seeds, as a shuffle with ``reshuffle_each_iteration=False`` has."""
     from tensorflow.python.data.ops import dataset_ops
     from tensorflow.python.ops import gen_dataset_ops
 
     base = dataset_ops.Dataset.range(2)
     handle, deleter = gen_dataset_ops.anonymous_seed_generator(seed=seeds[0], seed2=seeds[1],
-                                                               reshuffle=True)
+                                                               reshuffle=reshuffle)
     variant = gen_dataset_ops.shuffle_dataset_v3(
         base._variant_tensor, buffer_size=2, seed=seeds[0], seed2=seeds[1],
-        seed_generator=handle, reshuffle_each_iteration=True,
+        seed_generator=handle, reshuffle_each_iteration=reshuffle,
         output_types=[base.element_spec.dtype], output_shapes=[base.element_spec.shape])
     drawer = dataset_ops._VariantDataset(variant, base.element_spec)
     drawer._jaxload_deleter = deleter

@@ -30,6 +30,7 @@ import xxhash
 
 from jaxload._src import compat
 from jaxload._src.pipelines.tf.graph import READERS, dataset_inputs
+from jaxload._src.pipelines.tf.reseed import pin_orders
 
 LIMIT = 1_000_000  # names counted at most (a longer list is "at least" this long)
 _BATCH = 4096  # names read from tf.data at once, after the first _ONE_BY_ONE (one by one:
@@ -169,10 +170,13 @@ def _names(graph: Any, start: str, shard: Any) -> Any:
     names = type(graph)()
     names.CopyFrom(graph)
     retval(names).input[0] = start
+    kept = pin_orders(names)  # one order for every read, and the pipeline's passes not drawn
     types = shard.attr["output_types" if "output_types" in shard.attr else "Toutput_types"]
     specs = tuple(tf.TensorSpec(tf.TensorShape(shape), tf.dtypes.as_dtype(dtype)) for shape, dtype
                   in zip(shard.attr["output_shapes"].list.shape, types.list.type, strict=True))
-    return compat.tf_from_graph(names, specs[0] if len(specs) == 1 else specs)
+    dataset = compat.tf_from_graph(names, specs[0] if len(specs) == 1 else specs)
+    dataset._jaxload_generators = kept  # they live as long as the dataset
+    return dataset
 
 
 def _hash_names(names: Any, digest: Any) -> tuple[int, str]:

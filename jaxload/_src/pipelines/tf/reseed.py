@@ -86,8 +86,7 @@ def fresh_generators(pipeline: Any) -> FreshGenerators | None:
     shuffle under a ``cache`` has its first pass's order in every pass, as the cache keeps it."""
     graph = compat.tf_graph(pipeline)
     nodes = {node.name: node for node in graph.node}
-    generators = {n.name for n in graph.node if n.op == "Const" and n.attr["dtype"].type == _RESOURCE
-                  and "SeedGenerator" in n.attr["value"].tensor.resource_handle_val[0].name}
+    generators = _generators(graph)
     if not generators or any("Dataset" in node.op and ("Shuffle" in node.op or "Random" in node.op)
                              for function in graph.library.function for node in function.node_def):
         return None
@@ -111,6 +110,34 @@ def fresh_generators(pipeline: Any) -> FreshGenerators | None:
         cached = any(op.startswith("CacheDataset") for op in above)
         handles.append((nodes[inputs[4]], (seeds[0], seeds[1]), 0 if cached else 1))
     return FreshGenerators(pipeline, graph, handles) if handles else None  # type: ignore[arg-type]
+
+
+def pin_orders(graph: Any) -> list[Any]:
+    """Gives each seeded shuffle of ``graph`` (a ``GraphDef``, changed in place) a generator of
+    its own that gives every iterator the same seeds: a dataset rebuilt from it reads one order
+    however many iterators of it are made, and draws none of the passes of the pipeline whose
+    generators the graph named (reading a pipeline's file names to count them drew two of
+    them, so its first pass had the order of its third). Returns the generators, to be kept as
+    long as that dataset."""
+    nodes = {node.name: node for node in graph.node}
+    generators, kept = _generators(graph), []
+    for node in graph.node:
+        inputs = [name.split(":")[0].lstrip("^") for name in node.input]
+        if node.op != _SHUFFLE or len(inputs) < 5 or inputs[4] not in generators:
+            continue
+        seeds = tuple(_scalar(nodes[name]) for name in inputs[2:4])
+        if None in seeds or seeds == (0, 0):  # unseeded: its own draw in each process
+            continue
+        drawer, _ = compat.tf_seed_generator((seeds[0], seeds[1]), reshuffle=False)  # type: ignore[arg-type]
+        nodes[inputs[4]].attr["value"].CopyFrom(_handle(compat.tf_graph(drawer)).attr["value"])
+        kept.append(drawer)
+    return kept
+
+
+def _generators(graph: Any) -> set[str]:
+    """The names of the ``Const`` nodes of ``graph`` that hold a seed generator's handle."""
+    return {n.name for n in graph.node if n.op == "Const" and n.attr["dtype"].type == _RESOURCE
+            and "SeedGenerator" in n.attr["value"].tensor.resource_handle_val[0].name}
 
 
 def _downstream(node: Any, consumers: dict[str, list[Any]]) -> list[Any]:
