@@ -128,10 +128,22 @@ def pin_orders(graph: Any) -> list[Any]:
         seeds = tuple(_scalar(nodes[name]) for name in inputs[2:4])
         if None in seeds or seeds == (0, 0):  # unseeded: its own draw in each process
             continue
-        drawer, _ = compat.tf_seed_generator((seeds[0], seeds[1]), reshuffle=False)  # type: ignore[arg-type]
-        nodes[inputs[4]].attr["value"].CopyFrom(_handle(compat.tf_graph(drawer)).attr["value"])
+        drawer, value = _fixed((seeds[0], seeds[1]))  # type: ignore[arg-type]
+        nodes[inputs[4]].attr["value"].CopyFrom(value)
         kept.append(drawer)
     return kept
+
+
+_FIXED: dict[tuple[int, int], tuple[Any, Any]] = {}  # seeds -> a fixed generator, its handle
+
+
+def _fixed(seeds: tuple[int, int]) -> tuple[Any, Any]:
+    """A generator that gives every iterator ``seeds``' order, and its handle's ``Const``
+    value: made once per seeds (it holds no state that reads change, so reads may share it)."""
+    if seeds not in _FIXED:
+        drawer, _ = compat.tf_seed_generator(seeds, reshuffle=False)
+        _FIXED[seeds] = drawer, _handle(compat.tf_graph(drawer)).attr["value"]
+    return _FIXED[seeds]
 
 
 def _generators(graph: Any) -> set[str]:
