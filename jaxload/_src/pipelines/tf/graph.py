@@ -39,6 +39,7 @@ INTERLEAVES = frozenset({"InterleaveDataset", "ParallelInterleaveDatasetV2",
 RANDOM_VALUES = frozenset({
     "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
     "RandomShuffle", "Multinomial", "RandomGamma", "RandomPoissonV2"})
+_ONE_TO_ONE = frozenset({"MapDataset", "ParallelMapDataset", "ParallelMapDatasetV2"})  # values only
 # stateful ops that hold no position: seeds and their generators
 _SEED_STATE = frozenset({"DummySeedGenerator", "AnonymousSeedGenerator", "SeedGenerator"})
 # ops with state outside the pipeline that may decide what comes next
@@ -73,8 +74,8 @@ class DatasetGraph:
         it, e.g. a ``py_function``), or None.
       ignores_external_state: the iterator is saved without the state of ops outside it: the
         user set ``experimental_external_state_policy = IGNORE``, or the only such ops are
-        random ones (seeds, augmentations), whose state decides values, never which elements
-        come next.
+        random ones (seeds; augmentations in a map's function), whose state decides values,
+        never which elements come next.
       symbolic_option: the pipeline's ``options().experimental_symbolic_checkpoint`` (None:
         unset); False keeps the buffers in its checkpoints.
       stateful: an op with state outside the pipeline (``RandomUniform is stateful.``), even
@@ -111,10 +112,13 @@ class DatasetGraph:
         named = sorted(ops & _EXTERNAL)
         stateful = external or next((f"{op} is stateful." for op in sorted(
             ops & (_EXTERNAL | RANDOM_VALUES))), None)
+        choosing = _random_choosing(graph)
         if ignores:
             external = None
         elif named:  # also where TensorFlow's own check passes (it can, in a long-lived process)
             external = external or f"{named[0]} is stateful."
+        elif choosing:  # re-read: a new iterator draws the same values again
+            external = f"{choosing} decides which elements come next"
         elif external and external.split(" ")[0] in RANDOM_VALUES | _SEED_STATE or (
                 not external and stateful):  # random ops, where TensorFlow's check passed
             external, ignores = None, True
@@ -174,6 +178,25 @@ def _nodes(graph: Any) -> Iterator[tuple[str, Any, dict[str, Any]]]:
         constants = {n.name: n for n in nodes if n.op == "Const"}
         for node in nodes:
             yield node.op, node, constants
+
+
+def _random_choosing(graph: Any) -> str | None:
+    """A random op whose values decide which elements come next, where a save cannot hold its
+    state: one in the function of a dataset op other than a map (a ``filter``'s predicate)."""
+    library = {f.signature.name: f for f in graph.library.function}
+    for owner in [*graph.node, *(n for f in graph.library.function for n in f.node_def)]:
+        todo, seen = [] if "Dataset" not in owner.op or owner.op in _ONE_TO_ONE else list(
+            called(owner)), set()
+        while todo:
+            name = todo.pop()
+            if name not in seen and name in library:
+                seen.add(name)
+                for node in library[name].node_def:
+                    if node.op in RANDOM_VALUES:
+                        return f"{node.op} in the function of a {owner.op}"
+                    if "Dataset" not in node.op:  # a dataset's own functions: its own owner
+                        todo.extend(called(node))
+    return None
 
 
 def _nodes_of(graph: Any, top: list[Any]) -> Iterator[tuple[str, Any, dict[str, Any]]]:
