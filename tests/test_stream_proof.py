@@ -193,3 +193,20 @@ def test_a_count_with_a_malformed_stream_digest_is_refused():
                 {"batches": 5, "stream": 7}):
         with pytest.raises(ValueError, match=r"must be \{'batches': n, 'stream': 16 hex digits\}"):
             checked_batches(bad)
+
+
+def test_a_check_failing_where_the_streams_differ_gives_way_to_the_difference():
+    # an unseeded tf.random.shuffle before the split: by chance one process kept the rows
+    # another did, and the first step's check raised DuplicationError ("loaded the same data")
+    # in place of the cause
+    from jaxload._src import stream_proof
+    from jaxload._src.protocol import Decision, Report
+
+    reports = {0: Report(ready=2, stream=["aa", "bb"]), 1: Report(ready=2, stream=["cc", "bb"])}
+    checked = Decision(count=2, more=True, check_error=["DuplicationError", "identical rows"])
+    first = stream_proof.verdict(checked, reports, 0)
+    assert first.check_error is None and first.count == 0
+    assert "at step 0 the processes read different elements" in first.stream_diverged
+    later = {0: Report(ready=2, stream=["aa", "bb"]), 1: Report(ready=2, stream=["aa", "dd"])}
+    second = stream_proof.verdict(checked, later, 0)  # the checked step read the same: its own
+    assert second.check_error == checked.check_error and second.count == 1
