@@ -236,7 +236,7 @@ def test_a_seed_generator_is_drawn_from_by_a_graph_that_names_it():
     orders = [list(ref.as_numpy_iterator()) for _ in range(3)]
     ds = tf.data.Dataset.range(8).shuffle(8, seed=1)
     seeds = compat.tf_shuffle(ds)[2:4]
-    drawer, _ = compat.tf_seed_generator(seeds)
+    drawer = compat.tf_seed_generator(seeds)
 
     def handle(graph):
         return next(n for n in graph.node if n.op == "Const" and n.attr["dtype"].type == 20)

@@ -40,7 +40,7 @@ def tf_shuffled(ds: Any, buffer_size: int, seeds: tuple[int, int], reshuffle: bo
     return dataset_ops._VariantDataset(variant, ds.element_spec)
 
 
-def tf_seed_generator(seeds: tuple[int, int], reshuffle: bool = True) -> tuple[Any, Any]:
+def tf_seed_generator(seeds: tuple[int, int], reshuffle: bool = True) -> Any:
     """A seed generator of a shuffle that reshuffles, made as ``Dataset.shuffle`` makes one
     (``gen_dataset_ops.anonymous_seed_generator``), and ``range(2)`` shuffled with it: each
     iterator of that draws one pass's seeds from the generator. The generator lives as long as
@@ -59,7 +59,7 @@ def tf_seed_generator(seeds: tuple[int, int], reshuffle: bool = True) -> tuple[A
         output_types=[base.element_spec.dtype], output_shapes=[base.element_spec.shape])
     drawer = dataset_ops._VariantDataset(variant, base.element_spec)
     drawer._jaxload_deleter = deleter
-    return drawer, deleter
+    return drawer
 
 
 def tf_repeat(ds: Any) -> tuple[Any, int] | None:

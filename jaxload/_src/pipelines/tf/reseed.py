@@ -72,11 +72,11 @@ class FreshGenerators:
         graph = type(self._graph)()
         graph.CopyFrom(self._graph)
         consts = {node.name: node for node in graph.node}
-        for (const, _, _), (drawer, _) in zip(self._handles, made, strict=True):
+        for (const, _, _), drawer in zip(self._handles, made, strict=True):
             consts[const.name].attr["value"].CopyFrom(_handle(compat.tf_graph(drawer)).attr["value"])
         self._copy = compat.tf_from_graph(graph, self._pipeline.element_spec)
         self._copy._jaxload_generators = made  # they live as long as the copy
-        self._drawers = [drawer for drawer, _ in made]
+        self._drawers = made
 
 
 def fresh_generators(pipeline: Any) -> FreshGenerators | None:
@@ -141,7 +141,7 @@ def _fixed(seeds: tuple[int, int]) -> tuple[Any, Any]:
     """A generator that gives every iterator ``seeds``' order, and its handle's ``Const``
     value: made once per seeds (it holds no state that reads change, so reads may share it)."""
     if seeds not in _FIXED:
-        drawer, _ = compat.tf_seed_generator(seeds, reshuffle=False)
+        drawer = compat.tf_seed_generator(seeds, reshuffle=False)
         _FIXED[seeds] = drawer, _handle(compat.tf_graph(drawer)).attr["value"]
     return _FIXED[seeds]
 
