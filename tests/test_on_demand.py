@@ -321,11 +321,12 @@ def test_a_resume_in_the_second_pass_gives_its_rows_and_the_passes_after_in_real
 
 
 @pytest.mark.parametrize("split", [False, True])
-def test_a_random_filter_resumes_with_the_rows_it_kept_without_the_resume(split):
+@pytest.mark.parametrize("stop", ["pass 0 step 5", "pass 1 step 3", "after pass 1"])
+def test_a_random_filter_resumes_with_the_rows_it_kept_without_the_resume(split, stop):
     # a seeded random op in a filter's function: its state is not in tf.data's checkpoint, so a
     # restore drew other values from the checkpoint's element on (other rows kept, and split by
     # elements each process restored at its own element: the proof stopped the run); re-read
-    # from the pass's start, each iterator draws the same values again
+    # from the pass's start, over the pass's own order, each iterator draws the same values
     import jax
 
     def loader():
@@ -336,16 +337,52 @@ def test_a_random_filter_resumes_with_the_rows_it_kept_without_the_resume(split)
         return jaxload.from_tf_data(ds, jaxload.data_parallel(devices=jax.devices()),
                                     global_batch_size=8)
 
+    number, step = (0, 5) if stop == "pass 0 step 5" else (1, 3 if "step" in stop else None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # told once a process: re-reads every batch before it
-        whole = [np.asarray(b["id"]).tolist() for b in loader()]
-        stopped = loader()
-    assert "re-reads every batch before its position" in stopped.explain()
-    batches = iter(stopped)
-    for _ in range(5):
-        next(batches)
-    state = json.loads(json.dumps(stopped.get_state()))
-    batches.close()
+        kept = loader()
+    assert "re-reads every batch before its position" in kept.explain()
+    passes, state = [], None
+    for n in range(3):
+        passes.append([])
+        for batch in kept:
+            passes[-1].append(np.asarray(batch["id"]).tolist())
+            if n == number and len(passes[-1]) == step:
+                state = json.loads(json.dumps(kept.get_state()))
+        if n == number and step is None:
+            state = json.loads(json.dumps(kept.get_state()))
+    assert passes[1] != passes[2]  # they reshuffle: the test can fail
     resumed = loader()
     resumed.set_state(state)
-    assert [np.asarray(b["id"]).tolist() for b in resumed] == whole[5:]
+    first = number + (step is None)  # after the loop, the state names the next pass
+    later = [[np.asarray(b["id"]).tolist() for b in resumed] for _ in range(first, 3)]
+    assert later == [passes[first][step or 0:], *passes[first + 1:]]
+
+
+def test_a_padded_last_step_with_no_batch_of_this_process_resumes():
+    # remainder="pad": where this process's data ended, its step pads and its position stays;
+    # a state at the pass's last step was refused ("each step hands out one batch")
+    from test_tf_replay import plan, share
+
+    ds = tf.data.Dataset.from_generator(lambda: ({"id": i} for i in range(90)),
+                                        output_signature={"id": tf.TensorSpec([], tf.int64)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # told once: re-reads every batch before its position
+        padded = share(ds, plan(2, 1), global_batch_size=8, remainder="pad")
+        dropped = share(ds, plan(2, 1), global_batch_size=8)
+    padded.check_position({"step": 12, "position": 11})
+    with pytest.raises(ValueError, match="each step hands out one batch or padding"):
+        padded.check_position({"step": 12, "position": 13})
+    with pytest.raises(ValueError, match="has 11 batches handed out, but its step is 12"):
+        dropped.check_position({"step": 12, "position": 11})
+
+
+def test_a_count_naming_its_pass_is_checked_field_by_field():
+    from jaxload._src.pipelines.tf.iterator import checked_batches
+
+    assert checked_batches({"batches": 3, "pass": 2}) == 3
+    assert checked_batches({"batches": 3, "pass": 2, "stream": "0123456789abcdef"}) == 3
+    for bad in ({"batches": 3, "pass": -1}, {"batches": -3, "pass": 1},
+                {"batches": 3, "pass": 1, "stream": "xyz"}, {"batches": 3, "pass": "1"}):
+        with pytest.raises(ValueError, match=r"position must be \{'batches': n, 'stream'"):
+            checked_batches(bad)

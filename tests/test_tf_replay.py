@@ -160,7 +160,8 @@ def test_pipelines_whose_order_can_change_between_passes_are_not_replayed(name):
     group = share(NOT_REPLAYED[name](), plan(1, 0))
     assert group._replay is None
     _, position = next(iter(group.batches(None)))
-    assert isinstance(position, int) or "saved" in position  # a count where none is saved
+    # a count where none is saved (naming its pass where the pipeline reshuffles)
+    assert isinstance(position, int) or "saved" in position or set(position) == {"batches", "pass"}
 
 
 BAD = [

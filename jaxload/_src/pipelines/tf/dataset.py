@@ -85,7 +85,8 @@ class TfDataset:
             f"tf.data/{self.sharding.mode}")
         self._save = saveable(graph)
         self._live = None if self._symbolic or self._replay else Live()  # buffers: on demand
-        self._numbers = reseed.PassNumbers(user) if self._live is not None else None
+        self._numbers = reseed.PassNumbers(user) if self._live is not None and (
+            self._save is not None or reseed.reshuffles(graph.graph)) else None
         if self._live is not None:  # (Pipeline's optional settled, handed and after_pass)
             self.settled, self.handed = self._live.settled, self._live.handed
         if self._replay is not None or self._live is not None:  # a state taken after a pass
@@ -115,10 +116,13 @@ class TfDataset:
         else:
             consumed = checked_batches(resume["position"], proved=self._stream is not None)
         expected = resume["step"] - resume.get("origin_step", 0)
-        if batch_a_step and consumed != expected or consumed < expected:
+        pad = self._remainder != DROP  # where this process's data ended it pads: no batch read
+        if batch_a_step and consumed > expected or not pad and (
+                batch_a_step and consumed != expected or consumed < expected):
             raise ValueError(f"the state's position has {consumed} batches handed out, but its "
                              f"step is {resume['step']}: each step hands out "
-                             f"{'one batch' if batch_a_step else 'at least one'} ({expected})")
+                             f"{'one batch' if batch_a_step else 'at least one'}"
+                             f"{' or padding' if pad else ''} ({expected})")
 
     def spec(self) -> LocalSpec:
         """A per-process batch from the element spec: nothing is read."""
@@ -158,7 +162,10 @@ class TfDataset:
             again = int(count and consumed > 0 and bool(digest) and bool(self._stream))
             pipeline, length = build(consumed - again if count else 0, count)
             if count:  # with a digest, the last batch handed out is read again and compared
-                read_on = read(counted(pipeline, itertools.count(consumed + 1 - again)))
+                first = consumed + 1 - again  # where it reshuffles, over the pass's order
+                run, numbers = self._numbers.counts(pipeline, position, first) if (
+                    self._numbers) else (pipeline, itertools.count(first))
+                read_on = read(counted(run, numbers))
                 return Batches(continued(read_on, digest, consumed) if again else read_on,
                                length=length - again if length not in (None, INFINITE) else length,
                                describe=self._same.described, proves=bool(self._stream))

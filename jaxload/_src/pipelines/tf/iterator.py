@@ -202,10 +202,13 @@ def checked_batches(position: Any, proved: bool = False) -> int:
     """
     if position is None or is_nonnegative_int(position):  # a count of batches
         return int(position or 0)
-    if isinstance(position, dict) and set(position) == {"batches", "stream"}:  # and its digest
-        if not is_nonnegative_int(position["batches"]) or not _is_digest(position["stream"]):
+    if isinstance(position, dict) and set(position) - {"pass"} in ({"batches", "stream"},
+                                                                   {"batches"}):  # a count
+        if not is_nonnegative_int(position["batches"]) or not _is_digest(position.get(
+                "stream", "0" * 16)) or not is_nonnegative_int(position.get("pass", 0)):
             raise ValueError("the state's tf.data position must be {'batches': n, 'stream': 16 "
-                             f"hex digits}}, got {position!r:.160}")
+                             "hex digits} (the stream where the split proves it; with 'pass': k "
+                             f">= 0 where it reshuffles), got {position!r:.160}")
         return int(position["batches"])
     if not isinstance(position, dict) or set(position) - {"proved", "pass"} != {"batches", "saved"}:
         raise ValueError("the state's tf.data position is not one this pipeline's iterator "

@@ -29,7 +29,9 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from jaxload._src import compat
@@ -146,6 +148,11 @@ def _fixed(seeds: tuple[int, int]) -> tuple[Any, Any]:
     return _FIXED[seeds]
 
 
+def reshuffles(graph: Any) -> bool:
+    """Whether a shuffle at the top level of ``graph`` (a ``GraphDef``) reshuffles each pass."""
+    return any(node.op == _SHUFFLE and node.attr["reshuffle_each_iteration"].b for node in graph.node)
+
+
 def _generators(graph: Any) -> set[str]:
     """The names of the ``Const`` nodes of ``graph`` that hold a seed generator's handle."""
     return {n.name for n in graph.node if n.op == "Const" and n.attr["dtype"].type == _RESOURCE
@@ -205,6 +212,14 @@ class PassNumbers:
             return number, pipeline
         restores = isinstance(position, dict) and position.get("saved") is not None
         return number, fresh.at(number, restores=restores)
+
+
+    def counts(self, pipeline: Any, position: Any, first: int) -> tuple[Any, Iterator[Any]]:
+        """``(pipeline, positions)`` of a pass re-read from its start (an iterator tf.data
+        cannot save): the positions count batches from ``first`` on, each naming the pass
+        (``{"batches": n, "pass": k}``), and the pipeline has pass ``k``'s order."""
+        number, run = self.start(pipeline, position)
+        return run, ({"batches": n, "pass": number} for n in itertools.count(first))
 
 
 def carried(position: Any) -> dict[str, Any] | None:
