@@ -386,3 +386,17 @@ def test_a_count_naming_its_pass_is_checked_field_by_field():
                 {"batches": 3, "pass": 1, "stream": "xyz"}, {"batches": 3, "pass": "1"}):
         with pytest.raises(ValueError, match=r"position must be \{'batches': n, 'stream'"):
             checked_batches(bad)
+
+
+def test_a_random_filter_is_told_how_to_resume_without_re_reading(monkeypatch):
+    from test_tf_replay import plan, share
+
+    from jaxload._src import told
+
+    monkeypatch.setattr(told, "_TOLD", set())  # told once per process
+    ds = tf.data.Dataset.range(64).filter(lambda x: tf.random.uniform([], seed=3) < 0.5).map(
+        lambda x: {"id": x})
+    with pytest.warns(UserWarning, match=r"RandomUniform in the function of a FilterDataset "
+                                         r"decides which elements come next\), so a resume "
+                                         r"re-reads .* a stateless op seeded from the element"):
+        share(ds, plan(1, 0))

@@ -242,10 +242,12 @@ def saveable(graph: DatasetGraph) -> bool | None:
     if graph.external_state is None:
         return graph.ignores_external_state
     message = (f"tf.data cannot save this pipeline's iterator ({graph.external_state}), so a "
-               "resume re-reads every batch before its position. If that op's state does not "
-               "decide which elements come next (a counter, a log), set "
-               "options.experimental_external_state_policy = "
-               "tf.data.experimental.ExternalStatePolicy.IGNORE on the dataset")
+               "resume re-reads every batch before its position. " + (
+                   "To resume without re-reading, draw it with a stateless op seeded from the "
+                   "element (tf.random.stateless_uniform(shape, seed=...))" if "decides which" in
+                   graph.external_state else "If that op's state does not decide which elements "
+                   "come next (a counter, a log), set options.experimental_external_state_policy"
+                   " = tf.data.experimental.ExternalStatePolicy.IGNORE on the dataset"))
     warn_once(message, stacklevel=5)
     return None
 
