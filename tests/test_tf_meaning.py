@@ -419,3 +419,19 @@ def test_repeated_file_names_are_counted_once_and_built_quickly(runs):
     assert all(r["built_s"] < 5 for r in results), [r["built_s"] for r in results]
     assert results[0]["backend"] == "tf.data/files"
     assert all(len(r["steps"]) == 3 for r in results)
+
+
+def test_file_names_that_differ_by_process_name_the_per_host_fix():
+    # each host lists its own files (a local disk): jaxload would split them again; the
+    # refusal names shard=False and dataset_fn, not only "pass the same dataset"
+    from jaxload._src.same_dataset import differences
+
+    def described(group: int, names: str) -> dict:
+        return {"same": {"file names": names}, "group": group, "groups": 2, "files": [names, names]}
+
+    text = differences({0: described(0, "6 from part-00"), 1: described(1, "6 from part-01")})
+    assert "file names" in text and "pass shard=False, or a dataset_fn" in text
+    rows = {p: {"same": {"source rows": f"{p}"}, "group": p, "groups": 2} for p in range(2)}
+    assert "pass shard=False, or a dataset_fn" in differences(rows)
+    lengths = {p: {"same": {"length": 60 + p}, "group": p, "groups": 2} for p in range(2)}
+    assert "shard=False, or a dataset_fn" not in differences(lengths)

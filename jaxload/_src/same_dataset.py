@@ -124,8 +124,9 @@ on process [0], "cd" on process [1]. ... pass the whole dataset, or keep your sp
     if not found and not seeds:
         return None
     lines = [f"{key} {text}" for key, text in found]
+    hints = _hint(described) + _unsorted(described)
     message = (f"the processes shard different datasets: {'; '.join(lines)}. {_FIX}"
-               f"{_hint(described)}{_unsorted(described)}" if found else "")
+               f"{hints or _own_files(found)}" if found else "")
     return " ".join(filter(None, (message, seeds)))
 
 
@@ -217,6 +218,16 @@ def _unsorted(described: dict[int, dict[str, Any]]) -> str:
         return ""
     return (" Every process lists the same file names, in another order (as glob.glob or "
             "os.listdir may): sort them (sorted(...)), as Dataset.list_files does.")
+
+
+def _own_files(found: list[tuple[str, str]]) -> str:
+    """The fix where the processes' file names or source rows differ: each may list its own
+    host's files on purpose."""
+    if not {key for key, _ in found} & {"file names", LABELS["source rows"]}:
+        return ""
+    return (" If each process lists only its own files on purpose (its host's), its pipeline is "
+            "its loading group's share already: pass shard=False, or a dataset_fn that builds "
+            "each group's share.")
 
 
 def _lengths_as_sliced(described: dict[int, dict[str, Any]]) -> bool:
