@@ -112,12 +112,11 @@ class DatasetGraph:
         named = sorted(ops & _EXTERNAL)
         stateful = external or next((f"{op} is stateful." for op in sorted(
             ops & (_EXTERNAL | RANDOM_VALUES))), None)
-        choosing = _random_choosing(graph)
         if ignores:
             external = None
         elif named:  # also where TensorFlow's own check passes (it can, in a long-lived process)
             external = external or f"{named[0]} is stateful."
-        elif choosing:  # re-read: a new iterator draws the same values again
+        elif choosing := _random_choosing(graph):  # re-read: a new iterator draws them again
             external = f"{choosing} decides which elements come next"
         elif external and external.split(" ")[0] in RANDOM_VALUES | _SEED_STATE or (
                 not external and stateful):  # random ops, where TensorFlow's check passed

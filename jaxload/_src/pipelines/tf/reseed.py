@@ -75,7 +75,7 @@ class FreshGenerators:
         graph.CopyFrom(self._graph)
         consts = {node.name: node for node in graph.node}
         for (const, _, _), drawer in zip(self._handles, made, strict=True):
-            consts[const.name].attr["value"].CopyFrom(_handle(compat.tf_graph(drawer)).attr["value"])
+            consts[const.name].attr["value"].CopyFrom(_handle_value(drawer))
         self._copy = compat.tf_from_graph(graph, self._pipeline.element_spec)
         self._copy._jaxload_generators = made  # they live as long as the copy
         self._drawers = made
@@ -105,13 +105,13 @@ def fresh_generators(pipeline: Any) -> FreshGenerators | None:
             return None
         if not node.attr["reshuffle_each_iteration"].b:  # the same order every pass
             continue
-        seeds = tuple(_scalar(nodes[name]) for name in inputs[2:4])
+        seeds = _seeds(inputs, nodes)
         above = {op.op for op in _downstream(node, consumers)}
-        if None in seeds or seeds == (0, 0) or "RepeatDataset" in above:  # unseeded: its own
-            return None  # draw each run; under a repeat: a draw per repetition
+        if seeds is None or "RepeatDataset" in above:  # unseeded: its own draw each run;
+            return None  # under a repeat: a draw per repetition
         cached = any(op.startswith("CacheDataset") for op in above)
-        handles.append((nodes[inputs[4]], (seeds[0], seeds[1]), 0 if cached else 1))
-    return FreshGenerators(pipeline, graph, handles) if handles else None  # type: ignore[arg-type]
+        handles.append((nodes[inputs[4]], seeds, 0 if cached else 1))
+    return FreshGenerators(pipeline, graph, handles) if handles else None
 
 
 def pin_orders(graph: Any) -> list[Any]:
@@ -127,10 +127,10 @@ def pin_orders(graph: Any) -> list[Any]:
         inputs = [name.split(":")[0].lstrip("^") for name in node.input]
         if node.op != _SHUFFLE or len(inputs) < 5 or inputs[4] not in generators:
             continue
-        seeds = tuple(_scalar(nodes[name]) for name in inputs[2:4])
-        if None in seeds or seeds == (0, 0):  # unseeded: its own draw in each process
+        seeds = _seeds(inputs, nodes)
+        if seeds is None:  # unseeded: its own draw in each process
             continue
-        drawer, value = _fixed((seeds[0], seeds[1]))  # type: ignore[arg-type]
+        drawer, value = _fixed(seeds)
         nodes[inputs[4]].attr["value"].CopyFrom(value)
         kept.append(drawer)
     return kept
@@ -144,7 +144,7 @@ def _fixed(seeds: tuple[int, int]) -> tuple[Any, Any]:
     value: made once per seeds (it holds no state that reads change, so reads may share it)."""
     if seeds not in _FIXED:
         drawer = compat.tf_seed_generator(seeds, reshuffle=False)
-        _FIXED[seeds] = drawer, _handle(compat.tf_graph(drawer)).attr["value"]
+        _FIXED[seeds] = drawer, _handle_value(drawer)
     return _FIXED[seeds]
 
 
@@ -171,10 +171,16 @@ def _downstream(node: Any, consumers: dict[str, list[Any]]) -> list[Any]:
     return list(found.values())
 
 
-def _handle(graph: Any) -> Any:
-    """The seed generator handle's ``Const`` node of a graph with one shuffle."""
-    return next(node for node in graph.node
-                if node.op == "Const" and node.attr["dtype"].type == _RESOURCE)
+def _seeds(inputs: list[str], nodes: dict[str, Any]) -> tuple[int, int] | None:
+    """The seeds of a shuffle with ``inputs`` (its input nodes' names), or None: unseeded."""
+    seeds = tuple(_scalar(nodes[name]) for name in inputs[2:4])
+    return None if None in seeds or seeds == (0, 0) else seeds  # type: ignore[return-value]
+
+
+def _handle_value(drawer: Any) -> Any:
+    """The ``value`` of the ``Const`` node that holds ``drawer``'s seed generator handle."""
+    return next(node for node in compat.tf_graph(drawer).node
+                if node.op == "Const" and node.attr["dtype"].type == _RESOURCE).attr["value"]
 
 
 def _scalar(const: Any) -> int | None:
@@ -212,7 +218,6 @@ class PassNumbers:
             return number, pipeline
         restores = isinstance(position, dict) and position.get("saved") is not None
         return number, fresh.at(number, restores=restores)
-
 
     def counts(self, pipeline: Any, position: Any, first: int) -> tuple[Any, Iterator[Any]]:
         """``(pipeline, positions)`` of a pass re-read from its start (an iterator tf.data
