@@ -263,3 +263,88 @@ def test_a_pass_closed_before_its_first_next_is_ended_for_every_process(clusters
     else:
         assert seen.startswith("PeerFailedError: process 1 failed while checking step 0"), seen
         assert own == "RuntimeError: injected checking failure"
+
+
+def dropped(tmp: str):
+    """For each kind of pipeline, after a whole pass: whether the loader's pipeline is freed
+    as soon as the loader is dropped, with Python's cyclic collector off (a pipeline in a
+    reference cycle keeps its tensors, a ``from_tensor_slices`` copy of the data and the ones
+    tf.data finalizes from it, until that collector runs)."""
+    import gc
+    import weakref
+
+    import grain
+    import jax
+    import numpy as np
+    import tensorflow as tf
+
+    import jaxload
+
+    layout, p = jaxload.data_parallel(), jax.process_index()
+    rows = {"x": np.arange(64, dtype=np.float32)}
+    files = []
+    for f in range(4):
+        path = f"{tmp}/part-{f}.tfrecord"
+        if p == 0:
+            with tf.io.TFRecordWriter(path) as writer:
+                for i in range(16):
+                    writer.write(tf.io.serialize_tensor(tf.constant(f * 16 + i)).numpy())
+        files.append(path)
+    from jaxload._src import agreement
+
+    agreement.shared_token("test/dropped/files", timeout_s=30)  # written before they are read
+
+    def parse(record):
+        return {"x": tf.ensure_shape(tf.io.parse_tensor(record, tf.int32), ())}
+
+    kinds = {
+        "tf elements": lambda: jaxload.from_tf_data(
+            tf.data.Dataset.from_tensor_slices(rows), layout, global_batch_size=8),
+        "tf replayed shuffle": lambda: jaxload.from_tf_data(
+            tf.data.Dataset.from_tensor_slices(rows).shuffle(64, seed=1), layout,
+            global_batch_size=8),
+        "tf generator": lambda: jaxload.from_tf_data(tf.data.Dataset.from_generator(
+            lambda: ({"x": np.float32(i)} for i in range(64)),
+            output_signature={"x": tf.TensorSpec((), tf.float32)}), layout, global_batch_size=8),
+        "tf files": lambda: jaxload.from_tf_data(tf.data.Dataset.from_tensor_slices(files).interleave(
+            tf.data.TFRecordDataset).map(parse), layout, global_batch_size=8),
+        "grain MapDataset": lambda: jaxload.from_grain(
+            grain.MapDataset.source(np.arange(64)).shuffle(seed=1), layout, global_batch_size=8),
+        "grain DataLoader": lambda: jaxload.from_grain(grain.DataLoader(
+            data_source=np.arange(64), sampler=grain.samplers.IndexSampler(
+                64, num_epochs=1, shard_options=jaxload.grain_shard_options(layout, 8)),
+            operations=[grain.transforms.Batch(4, drop_remainder=True)]), layout,
+            global_batch_size=8),
+        "grain IterDataset": lambda: jaxload.from_grain(
+            grain.MapDataset.range(64).to_iter_dataset(), layout, global_batch_size=8),
+    }
+    freed = {}
+    gc.collect()
+    gc.disable()
+    try:
+        for kind, make in kinds.items():
+            loader = make()
+            for batch in loader:
+                jax.block_until_ready(batch)
+            del batch
+            pipeline = weakref.ref(loader._pipeline)
+            del loader
+            deadline = time.monotonic() + 10  # a pass's threads end in the background
+            while pipeline() is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            freed[kind] = pipeline() is None
+    finally:
+        gc.enable()
+    return freed
+
+
+@pytest.mark.cluster
+def test_a_dropped_loader_frees_its_pipeline_without_the_cyclic_collector(clusters, tmp_path):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = clusters.run(dropped, num_processes=2, local_devices=2, args=(str(tmp_path),),
+                               timeout_s=240)
+    for freed in results:
+        assert all(freed.values()), freed

@@ -580,18 +580,25 @@ def test_an_ended_pipeline_s_iterator_is_destroyed_off_the_reading_thread(monkey
     real = tf_iterator.release
 
     def watched(owned):
-        weakref.finalize(owned[0], lambda: where.append(threading.current_thread().name))
+        if owned:
+            weakref.finalize(owned[0], lambda: where.append(threading.current_thread().name))
         real(owned)
 
     monkeypatch.setattr(tf_iterator, "release", watched)
     group = share(kept(tf.data.Dataset.range(64)), plan(processes=1, devices=8, index=0))
     for position in (None, 2):  # checkpointed; repositioned by a count (skipping)
-        where.clear()
-        assert len(list(group.batches(position))) == (4 if position is None else 2)
-        for thread in threading.enumerate():
-            if thread.name == "jaxload-tf-release":
-                thread.join(timeout=30)
-        assert where == ["jaxload-tf-release"], position
+        for whole in (True, False):  # to its end; or ended at its count (closed before it)
+            where.clear()
+            reading = iter(group.batches(position))
+            if whole:
+                assert len(list(reading)) == (4 if position is None else 2)
+            else:
+                next(reading)
+                reading.close()
+            for thread in threading.enumerate():
+                if thread.name == "jaxload-tf-release":
+                    thread.join(timeout=30)
+            assert where == ["jaxload-tf-release"], (position, whole)
 
 
 def test_the_first_elements_are_compared_only_where_the_graph_cannot_show_the_order():

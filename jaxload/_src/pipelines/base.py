@@ -9,8 +9,9 @@ topology) it states in these attributes.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 import jax
 
@@ -19,6 +20,8 @@ from jaxload._src.trees import HostBatch, PyTree
 
 LocalSpec = PyTree[jax.ShapeDtypeStruct]
 """A per-process batch's shapes and dtypes (leading dim: ``local_batch_size``)."""
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @runtime_checkable
@@ -92,3 +95,34 @@ class Batches:
 
     def __iter__(self) -> Iterator[tuple[HostBatch, Any]]:
         return iter(self._batches)
+
+
+def weakly(method: Callable[P, R]) -> Callable[P, R]:
+    """``method`` (bound) holding its object weakly: what a pipeline keeps of its own methods
+    (its :class:`Elastic`'s ``from_row``) does not hold the pipeline in a reference cycle, which
+    only Python's cyclic collector frees, and with it the tensors the pipeline holds (a
+    ``from_tensor_slices`` dataset and the copies tf.data makes of it) when a loader is dropped.
+
+    Example:
+      >>> class Source:
+      ...     def double(self, x):
+      ...         return 2 * x
+      >>> source = Source()
+      >>> double = weakly(source.double)
+      >>> double(4)
+      8
+      >>> del source
+      >>> double(4)
+      Traceback (most recent call last):
+      ...
+      ReferenceError: the pipeline of this method is gone (its loader was dropped)
+    """
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        bound = ref()
+        if bound is None:
+            raise ReferenceError("the pipeline of this method is gone (its loader was dropped)")
+        return bound(*args, **kwargs)
+
+    return call

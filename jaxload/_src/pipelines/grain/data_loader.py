@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxload._src import compat
-from jaxload._src.pipelines.base import LocalSpec
+from jaxload._src.pipelines.base import LocalSpec, weakly
 from jaxload._src.pipelines.grain import described
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP
@@ -91,7 +91,7 @@ class GrainDataLoader:
                 return _NOT_ELASTIC["workers"].format(which="of the state had")
             return None
 
-        return Elastic(from_row=self.from_row, refuses=refuses, length=length)
+        return Elastic(from_row=weakly(self.from_row), refuses=refuses, length=length)
 
 
 def _dropping(loader: Any) -> str | None:

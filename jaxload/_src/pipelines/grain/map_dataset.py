@@ -8,7 +8,7 @@ from typing import Any
 
 from jaxload._src import compat
 from jaxload._src.adapters.stack import stack_elements
-from jaxload._src.pipelines.base import Batches, LocalSpec
+from jaxload._src.pipelines.base import Batches, LocalSpec, weakly
 from jaxload._src.pipelines.grain import described
 from jaxload._src.pipelines.grain.iter_dataset import batched_iter, dropped_counted, iterated
 from jaxload._src.plan import Plan
@@ -92,7 +92,7 @@ class GrainMapDataset:
         why_not = why_not_sliceable(self._shard, self._batched, "the whole MapDataset")
         if why_not:
             return Elastic(why_not=why_not, **identity)  # type: ignore[arg-type]
-        return Elastic(from_row=self.from_row, refuses=_filtered if compat.drops_elements(ds)
+        return Elastic(from_row=weakly(self.from_row), refuses=_filtered if compat.drops_elements(ds)
                        else None, **identity)  # type: ignore[arg-type]
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from jaxload._src.pipelines.base import Batches, LocalSpec
+from jaxload._src.pipelines.base import Batches, LocalSpec, weakly
 from jaxload._src.pipelines.tf import reseed
 from jaxload._src.pipelines.tf.graph import PARALLEL_INTERLEAVES, DatasetGraph
 from jaxload._src.pipelines.tf.iterator import (
@@ -96,12 +97,9 @@ class TfDataset:
                                        self._save, self._symbolic)
         self.batches = self.from_row(0)
         length = int(ds.cardinality()) * (global_batch_size // plan.shard_count if batched else 1)
-        why_not = why_not_sliceable(shard is not False, batched, "the whole dataset")
-        if self.sharding.mode not in (ELEMENTS, NONE):
-            why_not = _BY_FILES
-        elif shard == FUNCTION:
-            why_not = _BY_FUNCTION
-        self.elastic = Elastic(from_row=None if why_not else self.from_row, why_not=why_not,
+        why_not = _BY_FILES if self.sharding.mode not in (ELEMENTS, NONE) else _BY_FUNCTION if (
+            shard == FUNCTION) else why_not_sliceable(shard is not False, batched, "the whole dataset")
+        self.elastic = Elastic(from_row=None if why_not else weakly(self.from_row), why_not=why_not,
                                length=length if length >= 0 else None, rows_per_step=global_batch_size,
                                fingerprint=self._same.fingerprint,
                                carried=self._replay.carried if self._replay else (
@@ -139,6 +137,7 @@ class TfDataset:
         group = self._group(start)
         options = tf.data.Options()
         options.experimental_symbolic_checkpoint = self._symbolic
+        me = weakref.proxy(self)  # the closures kept in self.batches: no cycle through self
         built: dict[tuple[int, bool], tuple[Any, int | None]] = {}  # the last one built
 
         def build(skip: int, count: bool) -> tuple[Any, int | None]:
@@ -146,36 +145,36 @@ class TfDataset:
             ``iter()`` starts a fresh iterator, so the passes from the same point (every pass
             from the start) share one: building it again cost every pass 2-5 ms."""
             if (skip, count) not in built:
-                pipeline, length = self._proved(start, skip) if self._stream else (
-                    self._batched_group(group, skip), None)
+                pipeline, length = me._proved(start, skip) if me._stream else (
+                    me._batched_group(group, skip), None)
                 pipeline = pipeline.prefetch(tf.data.AUTOTUNE).with_options(options)
                 built.clear()  # a resume skipping batches builds its own, once
-                built[skip, count] = pipeline, length if self._stream else _length(pipeline)
+                built[skip, count] = pipeline, length if me._stream else _length(pipeline)
             return built[skip, count]
 
         def read(batches: Any) -> Any:
-            return fingerprinted(batches) if self._stream else batches
+            return fingerprinted(batches) if me._stream else batches
 
         def batches(position: Any) -> Batches:
             consumed, digest = batches_of(position), stream_of(position)
-            count = self._save is None or (isinstance(position, int) or bool(digest)) and consumed > 0
-            again = int(count and consumed > 0 and bool(digest) and bool(self._stream))
+            count = me._save is None or (isinstance(position, int) or bool(digest)) and consumed > 0
+            again = int(count and consumed > 0 and bool(digest) and bool(me._stream))
             pipeline, length = build(consumed - again if count else 0, count)
             if count:  # with a digest, the last batch handed out is read again and compared
                 first = consumed + 1 - again  # where it reshuffles, over the pass's order
-                run, numbers = self._numbers.counts(pipeline, position, first) if (
-                    self._numbers) else (pipeline, itertools.count(first))
+                run, numbers = me._numbers.counts(pipeline, position, first) if (
+                    me._numbers) else (pipeline, itertools.count(first))
                 read_on = read(counted(run, numbers))
                 return Batches(continued(read_on, digest, consumed) if again else read_on,
                                length=length - again if length not in (None, INFINITE) else length,
-                               describe=self._same.described, proves=bool(self._stream))
+                               describe=me._same.described, proves=bool(me._stream))
             remaining = length - consumed if length not in (None, INFINITE) else length
-            number, run = self._numbers.start(pipeline, position) if self._numbers else (
+            number, run = me._numbers.start(pipeline, position) if me._numbers else (
                 None, pipeline)
-            return Batches(read(checkpointed(run, position, live=self._live, number=number,
-                                             ignore_external_state=bool(self._save))),
-                           length=remaining, describe=self._same.described,
-                           proves=bool(self._stream))
+            return Batches(read(checkpointed(run, position, live=me._live, number=number,
+                                             ignore_external_state=bool(me._save))),
+                           length=remaining, describe=me._same.described,
+                           proves=bool(me._stream))
 
         return batches
 
@@ -205,13 +204,14 @@ class TfDataset:
         else:  # each step: one element (batched) or local_batch_size of each loading group
             per_batch = plan.shard_count * (1 if self._batched else plan.local_batch_size)
         whole: list[int | None] = []  # the pass's length in batches, once known
+        me = weakref.proxy(self)  # the closures kept in self.batches: no cycle through self
         built: list[Any] = [None, None, None]  # the last pass's: twin, skip, pipeline
         below = (elements and plan.global_batch_size == self._global  # split under the maps,
                  and replay.grouped == 1)  # not under the user's batch
 
         def pipeline(ds: Any, split: bool) -> Any:
-            group = self._split(ds) if split else ds
-            return self._batched_group(group, 0).prefetch(tf.data.AUTOTUNE)
+            group = me._split(ds) if split else ds
+            return me._batched_group(group, 0).prefetch(tf.data.AUTOTUNE)
 
         def read(number: int | None, consumed: int, seeds: tuple[int, int] | None
                  ) -> Iterator[tuple[HostBatch, Any]]:
@@ -219,7 +219,7 @@ class TfDataset:
             number, shuffled = replay.positioned(number, seeds, skip)
             if built[0] is not shuffled or built[1] != skip:  # passes from one point share
                 built[:] = [shuffled, skip, pipeline(replay.dataset(  # one pipeline: each
-                    shuffled, skip, split=self._split if below else None),  # iterator of it
+                    shuffled, skip, split=me._split if below else None),  # iterator of it
                     elements and not below)]  # is another pass
             drawn = [*replay.passes.seeds]
             yield from counted(built[2], (
@@ -229,12 +229,12 @@ class TfDataset:
         def batches(position: Any) -> Batches:
             number, consumed, seeds = position_of(position)
             if not whole:
-                whole.append(_length(pipeline(self._ds.skip(start) if start else self._ds, True)
-                                     if elements else pipeline(self._share, False)))
+                whole.append(_length(pipeline(me._ds.skip(start) if start else me._ds, True)
+                                     if elements else pipeline(me._share, False)))
             length = whole[0]
             remaining = max(length - consumed, 0) if length not in (None, INFINITE) else length
             return Batches(read(number, consumed, seeds), length=remaining,
-                           describe=self._same.described)
+                           describe=me._same.described)
 
         return batches
 

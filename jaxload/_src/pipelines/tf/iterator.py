@@ -77,56 +77,62 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
     import tensorflow as tf
 
     owned = [iter(pipeline)]  # the only reference to the iterator: see release()
-    done, ahead = 0, []
-    saved = position["saved"] if position else None
-    if saved is not None:
-        restore(owned[0], saved["state"])
-        done, ahead = saved["batches"], saved.get("ahead", [])
-    handed = (position or {}).get("batches", 0)
-    if live is not None:
-        batches = live.batches(owned.pop(), pipeline.element_spec, done, ahead, release=release,
-                               save=lambda iterator: save(iterator, ignore_external_state),
-                               number=number)
+    try:
+        done, ahead = 0, []
+        saved = position["saved"] if position else None
+        if saved is not None:
+            restore(owned[0], saved["state"])
+            done, ahead = saved["batches"], saved.get("ahead", [])
+        handed = (position or {}).get("batches", 0)
+        if live is not None:
+            batches = live.batches(owned.pop(), pipeline.element_spec, done, ahead, release=release,
+                                   save=lambda iterator: save(iterator, ignore_external_state),
+                                   number=number)
+            for _ in range(handed - done):  # read again since the checkpoint
+                next(batches, None)
+            yield from batches
+            return
+        if ahead:
+            raise ValueError("the state's tf.data position holds batches read ahead, which only a "
+                             "pipeline whose checkpoint holds buffers takes: is it the pipeline the "
+                             "state was taken with?")
         for _ in range(handed - done):  # read again since the checkpoint
-            next(batches, None)
-        yield from batches
-        return
-    if ahead:
-        raise ValueError("the state's tf.data position holds batches read ahead, which only a "
-                         "pipeline whose checkpoint holds buffers takes: is it the pipeline the "
-                         "state was taken with?")
-    for _ in range(handed - done):  # read again since the checkpoint
-        if next(owned[0], None) is None:
-            return release(owned)
-    costs: collections.deque[float] = collections.deque(maxlen=_FIRST)
-    since, saving = clock(), True
-    while True:
-        element = next(owned[0], None)
-        if element is None:
-            return release(owned)
-        handed += 1
-        if saving and (len(costs) < _FIRST
-                       or clock() - since >= _RATIO * max(statistics.median(costs), _LEAST)):
-            started = cost_clock()
-            state = save(owned[0], ignore_external_state)
-            saving = state is not None
-            if state is not None:
-                saved = {"batches": handed, "state": base64.b64encode(state).decode("ascii")}
-                costs.append(cost_clock() - started)
-                since = clock()
-        batch = tf.nest.map_structure(np.asarray, element)
-        yield batch, ({"batches": handed, "saved": saved} if saving else handed)
+            if next(owned[0], None) is None:
+                return
+        costs: collections.deque[float] = collections.deque(maxlen=_FIRST)
+        since, saving = clock(), True
+        while True:
+            element = next(owned[0], None)
+            if element is None:
+                return
+            handed += 1
+            if saving and (len(costs) < _FIRST
+                           or clock() - since >= _RATIO * max(statistics.median(costs), _LEAST)):
+                started = cost_clock()
+                state = save(owned[0], ignore_external_state)
+                saving = state is not None
+                if state is not None:
+                    saved = {"batches": handed, "state": base64.b64encode(state).decode("ascii")}
+                    costs.append(cost_clock() - started)
+                    since = clock()
+            batch = tf.nest.map_structure(np.asarray, element)
+            yield batch, ({"batches": handed, "saved": saved} if saving else handed)
+    finally:  # the pass's end, or a stop before it (a pass that ends at its agreed count)
+        release(owned)
 
 
 def counted(pipeline: Any, positions: Iterator[Any]) -> Iterator[tuple[HostBatch, Any]]:
     """``pipeline``'s batches as numpy, each with the next of ``positions`` (a count of batches
     where the iterator cannot be saved; None for the tf.data service)."""
     owned = [pipeline.as_numpy_iterator()]
-    for position in positions:
-        batch = next(owned[0], None)
-        if batch is None:
-            return release(owned)
-        yield batch, position
+    try:
+        for position in positions:
+            batch = next(owned[0], None)
+            if batch is None:
+                return
+            yield batch, position
+    finally:  # the pass's end, or a stop before it (the pass ended by the agreed count)
+        release(owned)
 
 
 def release(owned: list[Any]) -> None:
@@ -140,7 +146,8 @@ def release(owned: list[Any]) -> None:
       >>> owned = [iter([1, 2])]
       >>> release(owned)
     """
-    threading.Thread(target=owned.clear, name="jaxload-tf-release").start()
+    if owned:
+        threading.Thread(target=owned.clear, name="jaxload-tf-release").start()
 
 
 def save(iterator: Any, ignore_external_state: bool) -> bytes | None:
