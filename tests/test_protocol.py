@@ -29,8 +29,10 @@ def reports(*ready, digest="d1", **fields):
 
 # -- decide ------------------------------------------------------------------------------------
 def test_drop_stops_at_the_shortest_and_pad_goes_on_to_the_longest():
+    # the processes that had more read ahead are named with what they had beyond the count
     assert decide(reports(4, 2, 4), step=0, window=4, pad=False) == Decision(
-        count=2, more=False, window=8)
+        count=2, more=False, window=8, undelivered={"0": 2, "2": 2})
+    assert decide(reports(2, 2), step=0, window=4, pad=False).undelivered is None
     padded = decide(reports(4, 2, 3), step=0, window=4, pad=True)
     assert (padded.count, padded.more) == (4, True)
 
@@ -78,9 +80,11 @@ def test_known_lengths_fix_the_step_count_in_the_first_round():
     # no read-ahead once the count is known: the round agrees on every step of the pass, and
     # one more round ends it
     assert (drop.total, drop.count, drop.more) == (7, 7, True)
+    assert drop.undelivered == {"0": 3}  # known lengths: exactly what process 0 holds more
     end = decide(reports(0, 0), step=7, window=MAX_KNOWN_WINDOW, pad=False, total=7)
     assert (end.count, end.more) == (0, False)
     assert decide(rs, step=0, window=1, pad=True).total == 10
+    assert decide(rs, step=0, window=1, pad=True).undelivered is None  # pad delivers them
     # a longer pass: rounds come MAX_KNOWN_WINDOW steps apart, and only carry failures
     long = {p: Report(ready=1, digest="d", length=MAX_KNOWN_WINDOW + 2) for p in range(2)}
     first = decide(long, step=0, window=1, pad=False)

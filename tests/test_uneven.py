@@ -27,6 +27,9 @@ SCENARIOS = {
         ("grain", "across_processes", (100, 40), 16, "drop"),
     ],
 }
+CASES = [(t, i) for t, s in SCENARIOS.items() for i in range(len(s))]
+CASE_IDS = [f"{t[0]}x{t[1]}-{s[0]}-{s[1]}-{s[2][0]}vs{s[2][1]}-{s[4]}"
+            for t, ss in SCENARIOS.items() for s in ss]
 
 
 def group_ids(group: int, lengths) -> list[int]:
@@ -34,13 +37,21 @@ def group_ids(group: int, lengths) -> list[int]:
 
 
 def run_scenarios(scenarios):
+    """Per scenario: each step's record, and what this process was warned of rows that
+    remainder="drop" left out."""
+    import warnings
+
     out = []
     for backend, layout_name, lengths, gbs, mode in scenarios:
         layout = make_layout(layout_name)
         group = layout.plan(gbs).shard_index
         loader = make_loader(backend, layout, group_ids(group, lengths), global_batch_size=gbs,
                              shard=False, remainder=mode)
-        out.append([record(batch) for batch in loader])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            steps = [record(batch) for batch in loader]
+        out.append((steps, [str(w.message) for w in caught
+                            if str(w.message).startswith("remainder='drop'")], group))
     return out
 
 
@@ -53,23 +64,24 @@ def runs(clusters):
             per_process = clusters.run(run_scenarios, num_processes=topology[0],
                                        local_devices=topology[1],
                                        args=(SCENARIOS[topology],), timeout_s=240)
-            cache[topology] = [[{"steps": r[i]} for r in per_process]
+            cache[topology] = [[{"steps": r[i][0], "warned": r[i][1], "group": r[i][2]}
+                                for r in per_process]
                                for i in range(len(SCENARIOS[topology]))]
         return cache[topology]
 
     return get
 
 
-@pytest.mark.parametrize(
-    "topology,index",
-    [(t, i) for t, s in SCENARIOS.items() for i in range(len(s))],
-    ids=[f"{t[0]}x{t[1]}-{s[0]}-{s[1]}-{s[2][0]}vs{s[2][1]}-{s[4]}"
-         for t, ss in SCENARIOS.items() for s in ss],
-)
+def scenario(runs, topology, index):
+    """The scenario's backend, lengths, global batch and mode, and each process's results."""
+    backend, _, lengths, gbs, mode = SCENARIOS[topology][index]
+    return backend, lengths, gbs, mode, runs(topology)[index]
+
+
+@pytest.mark.parametrize("topology,index", CASES, ids=CASE_IDS)
 @pytest.mark.cluster
 def test_uneven_groups(runs, topology, index):
-    _, _, lengths, gbs, mode = SCENARIOS[topology][index]
-    results = runs(topology)[index]
+    _, lengths, gbs, mode, results = scenario(runs, topology, index)
     local = gbs // len(lengths)
     steps = {len(r["steps"]) for r in results}
     if mode == "drop":
@@ -102,3 +114,82 @@ def test_uneven_groups(runs, topology, index):
     else:
         expected = {i for g in range(len(lengths)) for i in group_ids(g, lengths)}
     assert set(delivered) == expected
+
+
+@pytest.mark.parametrize("topology,index", CASES, ids=CASE_IDS)
+@pytest.mark.cluster
+def test_rows_that_drop_leaves_out_are_named_on_every_process(runs, topology, index):
+    import re
+
+    backend, lengths, gbs, mode, results = scenario(runs, topology, index)
+    local = gbs // len(lengths)
+    steps = min(n // local for n in lengths)
+    left = [n // local - steps for n in lengths]  # whole batches each group does not deliver
+    if mode == "pad" or not any(left):
+        assert all(r["warned"] == [] for r in results)
+        return
+    group_of = [r["group"] for r in results]
+    for r in results:  # the same warning on every process
+        assert len(r["warned"]) == 1 and r["warned"][0] == results[0]["warned"][0], r["warned"]
+    named = {int(p): (bool(least), int(n), int(rows)) for p, least, n, rows in re.findall(
+        r"process (\d+) had (at least )?(\d+) more batch(?:es)? \((\d+) rows\)",
+        results[0]["warned"][0])}
+    assert set(named) == {p for p, g in enumerate(group_of) if left[g]}, named
+    for p, (least, n, rows) in named.items():
+        assert rows == n * local
+        if backend == "grain":  # its length is known: the exact count
+            assert (least, n) == (False, left[group_of[p]])
+        else:  # a generator: what it had read ahead, a lower bound
+            assert least and 1 <= n <= left[group_of[p]]
+
+
+def files_split_unevenly(root: str, remainder: str):
+    """3 files of 16 records split by files over 2 loading groups (group 0 reads 2 of them):
+    the rows this process delivered, and its warnings of rows left out."""
+    import glob
+    import warnings
+
+    import numpy as np
+    import tensorflow as tf
+
+    import jaxload
+
+    def parse(record):
+        return {"x": tf.ensure_shape(tf.io.parse_tensor(record, tf.int32), ())}
+
+    ds = tf.data.Dataset.from_tensor_slices(sorted(glob.glob(f"{root}/*.tfrecord"))).interleave(
+        tf.data.TFRecordDataset).map(parse)
+    loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=8,
+                                  remainder=remainder)
+    rows = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for batch in loader:
+            real = batch.get("mask", batch["x"])  # "drop": every row is real
+            for x, mask in zip(batch["x"].addressable_shards, real.addressable_shards, strict=True):
+                rows += [int(v) for v, m in zip(np.asarray(x.data), np.asarray(mask.data),
+                                                strict=True) if remainder == "drop" or m]
+    return loader.plan.shard_index, rows, [str(w.message) for w in caught
+                                           if str(w.message).startswith("remainder='drop'")]
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("remainder", ["drop", "pad"])
+def test_files_split_unevenly_name_what_drop_leaves_out(clusters, tmp_path, remainder):
+    import tensorflow as tf
+
+    for f in range(3):
+        with tf.io.TFRecordWriter(str(tmp_path / f"part-{f}.tfrecord")) as writer:
+            for i in range(16):
+                writer.write(tf.io.serialize_tensor(tf.constant(f * 16 + i)).numpy())
+    results = clusters.run(files_split_unevenly, num_processes=2, local_devices=2,
+                           args=(str(tmp_path), remainder), timeout_s=240)
+    delivered = [r for _, rows, _ in results for r in rows]
+    assert len(delivered) == len(set(delivered))
+    if remainder == "pad":
+        assert sorted(delivered) == list(range(48)) and all(w == [] for *_, w in results)
+        return
+    longer = [p for p, (group, rows, _) in enumerate(results) if group == 0]
+    assert len(delivered) == 32  # 16 rows of each group: the pass ends with the shorter group
+    for _, _, warned in results:
+        assert len(warned) == 1 and f"process {longer[0]} had at least" in warned[0], warned

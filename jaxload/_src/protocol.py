@@ -123,6 +123,10 @@ class Decision(_Compact):
         ``count`` steps before it, then raises a ValueError with this message; ``stream_read``:
         which processes read which digest there (a round follows, naming the first element that
         differs).
+      undelivered: ``remainder="drop"``: the batches each process holds beyond the pass's step
+        count (process index as text -> batches), where some hold more than others: exactly in
+        the first round where every length is known, at least (read ahead) in the round that
+        ends a pass of unknown length (:func:`jaxload._src.remainder.undelivered_warning`).
     """
 
     count: int = 0
@@ -140,6 +144,7 @@ class Decision(_Compact):
     diverged: str | None = None
     stream_diverged: str | None = None
     stream_read: dict[str, list[int]] | None = None
+    undelivered: dict[str, int] | None = None
 
     @property
     def final(self) -> bool:
@@ -166,7 +171,8 @@ def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,
       ...        step=0, window=2, pad=False)
       Decision(count=1, more=False, window=4, total=None, error=None, stopped=None, \
 mismatch=None, template_from=None, template=None, checked=False, check_error=None, \
-refused=None, diverged=None, stream_diverged=None, stream_read=None)
+refused=None, diverged=None, stream_diverged=None, stream_read=None, \
+undelivered={'0': 1})
     """
     failed = {p: r for p, r in reports.items() if r.error is not None}
     if failed:
@@ -181,9 +187,13 @@ refused=None, diverged=None, stream_diverged=None, stream_read=None)
             kinds.setdefault(r.digest, []).append(p)
     if len(kinds) > 1:
         return Decision(mismatch=kinds, more=True)
+    held: dict[int, int] = {}  # drop: what each process holds beyond the step count
     if total is None:
         remaining = _known_total(reports, pad)
         total = remaining if remaining in (None, INFINITE) else step + remaining
+        if remaining not in (None, INFINITE) and not pad:
+            held = {p: r.length - remaining for p, r in reports.items()
+                    if r.length not in (None, INFINITE) and r.length > remaining}
     nbytes = max((r.nbytes for r in reports.values()), default=0)
     # a loading group proving a pass of known length reads up to MAX_KNOWN_WINDOW ahead, its
     # windows growing 4-fold (its rounds are an overhead, not the way to find the pass's end)
@@ -199,11 +209,14 @@ refused=None, diverged=None, stream_diverged=None, stream_read=None)
         count = max(counts) if pad else min(counts)
         more = count == window
         next_window = read_window
+        if not more and not pad:
+            held = {p: r.ready - count for p, r in reports.items() if r.ready > count}
     template_from = None
     if pad and count and any(r.needs_template for r in reports.values()) and kinds:
         template_from = min(next(iter(kinds.values())))
     return Decision(count=count, more=more, window=next_window, total=total,
-                    template_from=template_from)
+                    template_from=template_from,
+                    undelivered={str(p): n for p, n in sorted(held.items())} or None)
 
 
 def _known_total(reports: dict[int, Report], pad: bool) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import warnings
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any, NamedTuple, TypedDict
@@ -16,7 +17,7 @@ from jaxload._src.assemble import check_local_batch
 from jaxload._src.group_proof import digest
 from jaxload._src.plan import Plan
 from jaxload._src.records import Recorder
-from jaxload._src.remainder import check_paddable
+from jaxload._src.remainder import check_paddable, undelivered_warning
 from jaxload._src.stats import Stats, timed
 from jaxload._src.trees import HostBatch
 
@@ -66,6 +67,9 @@ class ReadAhead:
         self.length = getattr(source, "length", None)
         self._describe = getattr(source, "describe", None)
         self._ended = getattr(source, "ended", None)
+        self.uneven = bool(getattr(source, "uneven", False))  # its own share: warn what drop
+        self.undelivered: dict[str, int] | None = None  # leaves out (Decision.undelivered)
+        self._exact = self.length is not None
         self._described: dict[str, Any] | None = None
         self._source = iter(source)
         self._plan_at, self._pad, self._stats = plan_at, pad, stats
@@ -112,6 +116,10 @@ class ReadAhead:
         if self._ended is not None:
             with self._watch(self.next_step, False):
                 self._ended(len(self.ahead) + held)
+        if self.uneven and self.undelivered and not self._pad:
+            step = self.next_step - len(self.ahead) - held  # the steps handed out
+            warnings.warn(undelivered_warning(self.undelivered, step, self._plan_at(
+                step).local_batch_size, exact=self._exact), stacklevel=2)
 
     def take_described(self) -> dict[str, Any] | None:
         """The source's description, once (for the first round's report), then None."""

@@ -160,3 +160,25 @@ def unpad(tree: PyTree[Any], mask: Any) -> PyTree[np.ndarray]:
     keep = np.asarray(mask).astype(bool)
     kept: PyTree[np.ndarray] = jax.tree_util.tree_map(lambda a: np.asarray(a)[keep], tree)
     return kept
+
+
+def undelivered_warning(undelivered: dict[str, int], step: int, local_batch_size: int,
+                        exact: bool) -> str:
+    """What ``remainder="drop"`` left out at the end of a pass whose loading groups' pipelines
+    differ in length (files split over the groups, per-host pipelines): ``undelivered`` maps
+    each process that had more to the batches it held beyond the pass's ``step`` count
+    (``exact``: its length was known; else at least those it had read ahead).
+
+    Example:
+      >>> text = undelivered_warning({"0": 4}, 4, 4, exact=True)
+      >>> text[text.index("and process"):text.index(". The")]
+      'and process 0 had 4 more batches (16 rows) that were not delivered'
+    """
+    held = ", ".join(f"process {p} {'had' if exact else 'had at least'} {n} more "
+                     f"batch{'es' * (n != 1)} ({n * local_batch_size} rows)"
+                     for p, n in undelivered.items())
+    return (f"remainder='drop': the pass ended after step {step - 1}, when a process had no "
+            f"full batch left, and {held} that were not delivered. The loading groups' "
+            "pipelines differ in length (files split unevenly over the groups, per-host file "
+            "lists with shard=False, a dataset_fn): remainder='pad' delivers every row once "
+            "(the groups that run out pad, masked out), or even out the groups' shares.")

@@ -74,7 +74,9 @@ class Batches:
     ``proves``: each item is ``(batch, position, digest)``, the digest of the global batch the
     batch was kept from (:mod:`jaxload._src.stream_proof`); ``ended(unused)``, where given, is
     told that the pass ended as the processes agreed, with ``unused`` batches read and not
-    handed out.
+    handed out; ``uneven``: the batches are this loading group's own pipeline (its files, a
+    per-host pipeline), whose length may differ from the others' by more than the last global
+    batch, so that what ``remainder="drop"`` leaves out at a pass's end is named in a warning.
 
     Example:
       >>> import itertools
@@ -86,8 +88,9 @@ class Batches:
 
     def __init__(self, batches: Iterable[tuple[HostBatch, Any]], length: int | None = None,
                  describe: Callable[[int], dict[str, Any] | None] | None = None,
-                 proves: bool = False, ended: Callable[[int], None] | None = None):
-        self._batches = batches
+                 proves: bool = False, ended: Callable[[int], None] | None = None,
+                 uneven: bool = False):
+        self._batches, self.uneven = batches, uneven
         self.length = length
         self.describe = describe
         self.proves = proves

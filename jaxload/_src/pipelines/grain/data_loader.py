@@ -47,7 +47,7 @@ class GrainDataLoader:
     def __init__(self, loader: Any, plan: Plan, *, shard: bool, remainder: str = DROP):
         if shard:
             check_data_loader(loader, plan, remainder)
-        self._loader, self._plan = loader, plan
+        self._loader, self._plan, self._uneven = loader, plan, not shard  # (shard=False: own)
         self._describe = described.data_loader(loader, plan, shard=shard)
         self.batches = self.from_row(0)
         self.elastic = self._elastic(shard)
@@ -68,7 +68,7 @@ class GrainDataLoader:
             for batch in iterator:
                 yield batch, iterator.get_state().decode()
 
-        return described.with_description(batches, self._describe)
+        return described.with_description(batches, self._describe, uneven=self._uneven)
 
     def _elastic(self, shard: bool) -> Elastic:
         try:

@@ -44,17 +44,19 @@ RECORDS = 4  # source records of a DataLoader hashed
 Describe = Callable[[int], dict[str, Any]]  # of a seed every process shares, new each pass
 
 
-def with_description(batches: LocalBatches, describe: Describe | None) -> LocalBatches:
-    """``batches(position)``, each pass's source carrying ``describe`` (see
-    :class:`~jaxload._src.pipelines.base.Batches`)."""
-    if describe is None:
+def with_description(batches: LocalBatches, describe: Describe | None,
+                     uneven: bool = False) -> LocalBatches:
+    """``batches(position)``, each pass's source carrying ``describe`` and ``uneven`` (the
+    group's own pipeline, ``shard=False``; see :class:`~jaxload._src.pipelines.base.Batches`)."""
+    if describe is None and not uneven:
         return batches
 
     def described(position: Any) -> Iterable[tuple[HostBatch, Any]]:
         source = batches(position)
         if not isinstance(source, Batches):
             source = Batches(source)
-        source.describe = describe
+        source.describe = describe or source.describe
+        source.uneven = uneven
         return source
 
     return described

@@ -63,7 +63,7 @@ class GrainIterDataset:
             batches = split(ds, plan.shard_index, plan.shard_count,
                             1 if batched else plan.local_batch_size, batched, remainder,
                             prove=prove)
-        self.batches = described.with_description(batches, describe)
+        self.batches = described.with_description(batches, describe, uneven=not shard)
 
     def spec(self) -> LocalSpec | None:
         return None

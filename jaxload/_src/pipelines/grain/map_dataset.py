@@ -73,7 +73,7 @@ class GrainMapDataset:
             batches = _indexed(by_index)
         else:
             batches = iterated(by_index.to_iter_dataset(self._read_options))
-        return described.with_description(batches, self._describe)
+        return described.with_description(batches, self._describe, uneven=not self._shard)
 
     def _group(self, start: int) -> Any:
         """This group's elements of the global order from row ``start`` on."""

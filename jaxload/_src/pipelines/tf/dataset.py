@@ -139,6 +139,7 @@ class TfDataset:
         options.experimental_symbolic_checkpoint = self._symbolic
         me = weakref.proxy(self)  # the closures kept in self.batches: no cycle through self
         built: dict[tuple[int, bool], tuple[Any, int | None]] = {}  # the last one built
+        uneven = self.sharding.mode != ELEMENTS  # each group's own files or pipeline
 
         def build(skip: int, count: bool) -> tuple[Any, int | None]:
             """The pass's pipeline and its length. A ``Dataset`` is immutable and each
@@ -167,14 +168,14 @@ class TfDataset:
                 read_on = read(counted(run, numbers))
                 return Batches(continued(read_on, digest, consumed) if again else read_on,
                                length=length - again if length not in (None, INFINITE) else length,
-                               describe=me._same.described, proves=bool(me._stream))
+                               describe=me._same.described, proves=bool(me._stream), uneven=uneven)
             remaining = length - consumed if length not in (None, INFINITE) else length
             number, run = me._numbers.start(pipeline, position) if me._numbers else (
                 None, pipeline)
             return Batches(read(checkpointed(run, position, live=me._live, number=number,
                                              ignore_external_state=bool(me._save))),
                            length=remaining, describe=me._same.described,
-                           proves=bool(me._stream))
+                           proves=bool(me._stream), uneven=uneven)
 
         return batches
 
@@ -234,7 +235,7 @@ class TfDataset:
             length = whole[0]
             remaining = max(length - consumed, 0) if length not in (None, INFINITE) else length
             return Batches(read(number, consumed, seeds), length=remaining,
-                           describe=me._same.described)
+                           describe=me._same.described, uneven=not elements)
 
         return batches
 
