@@ -131,9 +131,14 @@ def test_rows_that_drop_leaves_out_are_named_on_every_process(runs, topology, in
     group_of = [r["group"] for r in results]
     for r in results:  # the same warning on every process
         assert len(r["warned"]) == 1 and r["warned"][0] == results[0]["warned"][0], r["warned"]
-    named = {int(p): (bool(least), int(n), int(rows)) for p, least, n, rows in re.findall(
-        r"process (\d+) had (at least )?(\d+) more batch(?:es)? \((\d+) rows\)",
-        results[0]["warned"][0])}
+    named = {}  # process -> (a lower bound?, batches, rows); a group's processes named together
+    for who, least, n, rows in re.findall(
+            r"(process \d+|loading group \d+ \(processes [\d, and]+, the same rows\)) had "
+            r"(at least )?(\d+) more batch(?:es)? \((\d+) rows\)", results[0]["warned"][0]):
+        together = [int(p) for p in re.findall(r"\d+", who.split("(")[-1])]
+        assert len(together) == 1 or sorted(together) == [
+            p for p, g in enumerate(group_of) if g == group_of[together[0]]], who
+        named.update({p: (bool(least), int(n), int(rows)) for p in together})
     assert set(named) == {p for p, g in enumerate(group_of) if left[g]}, named
     for p, (least, n, rows) in named.items():
         assert rows == n * local
@@ -193,3 +198,28 @@ def test_files_split_unevenly_name_what_drop_leaves_out(clusters, tmp_path, rema
     assert len(delivered) == 32  # 16 rows of each group: the pass ends with the shorter group
     for _, _, warned in results:
         assert len(warned) == 1 and f"process {longer[0]} had at least" in warned[0], warned
+
+
+def scheduled(lengths):
+    """A Grain pipeline per loading group (``shard=False``) under a batch-size schedule with
+    remainder="drop": the steps, and the warnings of rows left out."""
+    import warnings
+
+    layout = make_layout("data_parallel")
+    group = layout.plan(8).shard_index
+    loader = make_loader("grain", layout, group_ids(group, lengths),
+                         global_batch_size=[(0, 8), (2, 16)], shard=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        steps = sum(1 for _ in loader)
+    return steps, [str(w.message) for w in caught if str(w.message).startswith("remainder='drop'")]
+
+
+@pytest.mark.cluster
+def test_what_drop_leaves_out_is_named_under_a_batch_size_schedule(clusters):
+    results = clusters.run(scheduled, num_processes=2, local_devices=2, args=((100, 40),),
+                           timeout_s=240)
+    # 4 rows a group for 2 steps, then 8: group 1's 40 rows last 6 steps, group 0 keeps 60
+    assert [steps for steps, _ in results] == [6, 6]
+    for _, warned in results:
+        assert len(warned) == 1 and "process 0 had 7 more batches" in warned[0], warned

@@ -117,9 +117,9 @@ class ReadAhead:
             with self._watch(self.next_step, False):
                 self._ended(len(self.ahead) + held)
         if self.uneven and self.undelivered and not self._pad:
-            step = self.next_step - len(self.ahead) - held  # the steps handed out
-            warnings.warn(undelivered_warning(self.undelivered, step, self._plan_at(
-                step).local_batch_size, exact=self._exact), stacklevel=2)
+            step, plan = self.next_step - len(self.ahead) - held, self._plan_at(self.next_step)
+            warnings.warn(undelivered_warning(self.undelivered, step, plan.local_batch_size,
+                                              self._exact, plan.loading_groups), stacklevel=2)
 
     def take_described(self) -> dict[str, Any] | None:
         """The source's description, once (for the first round's report), then None."""

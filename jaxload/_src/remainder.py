@@ -163,22 +163,37 @@ def unpad(tree: PyTree[Any], mask: Any) -> PyTree[np.ndarray]:
 
 
 def undelivered_warning(undelivered: dict[str, int], step: int, local_batch_size: int,
-                        exact: bool) -> str:
+                        exact: bool, groups: tuple[tuple[int, ...], ...] = ()) -> str:
     """What ``remainder="drop"`` left out at the end of a pass whose loading groups' pipelines
-    differ in length (files split over the groups, per-host pipelines): ``undelivered`` maps
-    each process that had more to the batches it held beyond the pass's ``step`` count
-    (``exact``: its length was known; else at least those it had read ahead).
+    differ in length (files split unevenly over the groups, per-host pipelines): ``undelivered``
+    maps each process that had more to the batches it held beyond the pass's ``step`` count
+    (``exact``: its length was known; else at least those it had read ahead); the processes of
+    one of the ``groups`` (loading groups: the same rows) are named together.
 
     Example:
       >>> text = undelivered_warning({"0": 4}, 4, 4, exact=True)
       >>> text[text.index("and process"):text.index(". The")]
       'and process 0 had 4 more batches (16 rows) that were not delivered'
+      >>> text = undelivered_warning({"0": 2, "2": 2}, 0, 4, exact=False, groups=((0, 2), (1, 3)))
+      >>> text[:text.index(". The")]  # doctest: +NORMALIZE_WHITESPACE
+      "remainder='drop': the pass ended before its first step, when a process had no full batch,
+      and loading group 0 (processes 0 and 2, the same rows) had at least 2 more batches (8 rows)
+      that were not delivered"
     """
-    held = ", ".join(f"process {p} {'had' if exact else 'had at least'} {n} more "
-                     f"batch{'es' * (n != 1)} ({n * local_batch_size} rows)"
-                     for p, n in undelivered.items())
-    return (f"remainder='drop': the pass ended after step {step - 1}, when a process had no "
-            f"full batch left, and {held} that were not delivered. The loading groups' "
-            "pipelines differ in length (files split unevenly over the groups, per-host file "
-            "lists with shard=False, a dataset_fn): remainder='pad' delivers every row once "
+    named: dict[str, int] = {}
+    for index, group in enumerate(groups or tuple((int(p),) for p in undelivered)):
+        held = [undelivered[str(p)] for p in group if str(p) in undelivered]
+        if held:
+            who = (f"process {group[0]}" if len(group) == 1 else f"loading group {index} "
+                   f"(processes {', '.join(map(str, group[:-1]))} and {group[-1]}, the same rows)")
+            named[who] = max(held)
+    held_text = ", ".join(f"{who} {'had' if exact else 'had at least'} {n} more "
+                          f"batch{'es' * (n != 1)} ({n * local_batch_size} rows)"
+                          for who, n in named.items())
+    ended = f"after step {step - 1}, when a process had no full batch left" if step else (
+        "before its first step, when a process had no full batch")
+    return (f"remainder='drop': the pass ended {ended}, and {held_text} that were not "
+            "delivered. The loading "
+            "groups' pipelines differ in length (files split unevenly over the groups, per-host "
+            "file lists with shard=False, a dataset_fn): remainder='pad' delivers every row once "
             "(the groups that run out pad, masked out), or even out the groups' shares.")

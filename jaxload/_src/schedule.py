@@ -191,6 +191,7 @@ class Regrouped:
         self._schedule, self._source, self._first, self._pad = schedule, source, first_step, pad
         parts = getattr(source, "length", None)
         self.describe = getattr(source, "describe", None)  # what it shards, compared in round 0
+        self.uneven = getattr(source, "uneven", False)  # what "drop" leaves out is named
         self.length = None if parts is None else schedule.steps_in(parts, first_step, pad)
 
     def __iter__(self) -> Iterator[tuple[HostBatch, Any]]:
