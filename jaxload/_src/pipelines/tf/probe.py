@@ -57,6 +57,7 @@ class Probe:
         self._unseen = unseen  # what the graph cannot show of its order (None: unknown)
         self._structure = structure  # the pipeline's ops, compared where split by elements
         self._found: dict[str, Any] | None = None
+        self._fingerprint: str | None = None
 
     def described(self, seed: int = 0) -> dict[str, Any] | None:
         """The description (JSON), or None where nothing is split between loading groups;
@@ -74,22 +75,24 @@ class Probe:
                                       f"{names.digest}"}
                 files = [names.meant, names.read]
             else:
-                same = {"pipeline": self._structure, "source rows": self._source_rows(),
+                same = {"pipeline": self._structure, "source rows": self._source_rows,
                         "first elements": None if self._unseen == [] else self._elements()}
             self._found = Described(same, plan.shard_index, plan.shard_count,
                                     files=files).to_json()
         return self._found
 
-    @functools.cache  # noqa: B019 - once per loader (each get_state asks)
     def fingerprint(self) -> str:
         """What a state records of the pipeline, checked when it is restored: its structure, its
-        constants (seeds, sizes) and the arrays under it (16 hex digits)."""
-        digest = hashlib.blake2b(digest_size=8)
-        digest.update(repr((self._structure, self._constants, self._source_rows())).encode())
-        return digest.hexdigest()
+        constants (seeds, sizes) and the arrays under it (16 hex digits); computed once (each
+        get_state asks)."""
+        if self._fingerprint is None:
+            digest = hashlib.blake2b(digest_size=8)
+            digest.update(repr((self._structure, self._constants, self._source_rows)).encode())
+            self._fingerprint = digest.hexdigest()
+        return self._fingerprint
 
-    @functools.cache  # noqa: B019 - once per loader, which holds its probe
-    def _source_rows(self) -> str | None:
+    @functools.cached_property  # on the probe: a cache on the method would keep every probe,
+    def _source_rows(self) -> str | None:  # and the arrays under its pipeline, for good
         """A hash of the arrays under the pipeline (its ``from_tensor_slices`` and
         ``from_tensors``: ids shuffled or listed per host differ here), XXH3 of their bytes; None
         where there are none. About 0.1 s per GB, once per loader."""
