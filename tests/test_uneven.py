@@ -125,8 +125,11 @@ def test_rows_that_drop_leaves_out_are_named_on_every_process(runs, topology, in
     local = gbs // len(lengths)
     steps = min(n // local for n in lengths)
     left = [n // local - steps for n in lengths]  # whole batches each group does not deliver
-    if mode == "pad" or not any(left):
-        assert all(r["warned"] == [] for r in results)
+    if mode == "pad" or not any(left):  # none; or a pass without any step is said to be one
+        said = [] if mode == "pad" or steps else ["remainder='drop': this pass had no step"]
+        for r in results:
+            assert len(r["warned"]) == len(said) and all(
+                w.startswith(s) for w, s in zip(r["warned"], said, strict=True)), r["warned"]
         return
     group_of = [r["group"] for r in results]
     for r in results:  # the same warning on every process
@@ -223,3 +226,37 @@ def test_what_drop_leaves_out_is_named_under_a_batch_size_schedule(clusters):
     assert [steps for steps, _ in results] == [6, 6]
     for _, warned in results:
         assert len(warned) == 1 and "process 0 had 7 more batches" in warned[0], warned
+
+
+def no_step():
+    """Warnings of a whole pass with no step (too few rows for one global batch), and of a
+    pass resumed at the end of another (no step left to it, on purpose)."""
+    import warnings
+
+    import grain
+
+    import jaxload
+
+    layout = jaxload.data_parallel()
+    said = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        few = jaxload.from_grain(grain.MapDataset.range(24), layout, global_batch_size=64)
+        said.append(sum(1 for _ in few))
+        whole = jaxload.from_grain(grain.MapDataset.range(64), layout, global_batch_size=16)
+        batches = iter(whole)
+        for _ in range(4):
+            next(batches)
+        state = whole.get_state()  # after the last step, before the pass's end
+        resumed = jaxload.from_grain(grain.MapDataset.range(64), layout, global_batch_size=16)
+        resumed.set_state(state)
+        said.append(sum(1 for _ in resumed))
+        batches.close()
+    return said, [str(w.message) for w in caught if "this pass had no step" in str(w.message)]
+
+
+@pytest.mark.cluster
+def test_a_whole_pass_without_a_step_is_told(clusters):
+    for steps, warned in clusters.run(no_step, num_processes=2, local_devices=2, timeout_s=240):
+        assert steps == [0, 0]
+        assert len(warned) == 1 and "a loading group had fewer than 32 rows" in warned[0], warned

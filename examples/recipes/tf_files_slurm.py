@@ -22,10 +22,18 @@ jaxload.initialize()  # before any other JAX call: jax.distributed.initialize() 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import recipe_data  # noqa: E402  (stand-in files only: not needed on a real cluster)
 import tensorflow as tf  # noqa: E402
 
-FILES = sys.argv[1] if len(sys.argv) > 1 else recipe_data.tfrecords()  # REAL HOST: your glob
+
+def stand_in_files() -> str:
+    """16 small TFRecord files in a temporary directory, for a run with no path given
+    (recipe_data.py, beside this script: not needed on a real cluster)."""
+    import recipe_data
+
+    return recipe_data.tfrecords()
+
+
+FILES = sys.argv[1] if len(sys.argv) > 1 else stand_in_files()  # REAL HOST: your glob
 GLOBAL_BATCH = 1024
 EPOCHS = 2
 

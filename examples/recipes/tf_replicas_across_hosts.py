@@ -22,11 +22,19 @@ jaxload.initialize()
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import recipe_data  # noqa: E402  (stand-in files only: not needed on a real cluster)
 import tensorflow as tf  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
-FILES = sys.argv[1] if len(sys.argv) > 1 else recipe_data.tfrecords()  # REAL HOST: your glob
+
+def stand_in_files() -> str:
+    """16 small TFRecord files in a temporary directory, for a run with no path given
+    (recipe_data.py, beside this script: not needed on a real cluster)."""
+    import recipe_data
+
+    return recipe_data.tfrecords()
+
+
+FILES = sys.argv[1] if len(sys.argv) > 1 else stand_in_files()  # REAL HOST: your glob
 GLOBAL_BATCH, HIDDEN = 256, 32
 MODEL_PROCESSES = 2  # REAL HOST: 16 (a replica over 2 hosts of 8 GPUs, one process per GPU)
 

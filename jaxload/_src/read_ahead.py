@@ -17,7 +17,7 @@ from jaxload._src.assemble import check_local_batch
 from jaxload._src.group_proof import digest
 from jaxload._src.plan import Plan
 from jaxload._src.records import Recorder
-from jaxload._src.remainder import check_paddable, undelivered_warning
+from jaxload._src.remainder import check_paddable, no_step_warning, undelivered_warning
 from jaxload._src.stats import Stats, timed
 from jaxload._src.trees import HostBatch
 
@@ -116,10 +116,14 @@ class ReadAhead:
         if self._ended is not None:
             with self._watch(self.next_step, False):
                 self._ended(len(self.ahead) + held)
-        if self.uneven and self.undelivered and not self._pad:
-            step, plan = self.next_step - len(self.ahead) - held, self._plan_at(self.next_step)
+        if self._pad:
+            return
+        step, plan = self.next_step - len(self.ahead) - held, self._plan_at(self.next_step)
+        if self.uneven and self.undelivered:
             warnings.warn(undelivered_warning(self.undelivered, step, plan.local_batch_size,
                                               self._exact, plan.loading_groups), stacklevel=2)
+        elif step == self._first_step == 0:  # a whole pass, and not one step
+            warnings.warn(no_step_warning(plan.local_batch_size), stacklevel=2)
 
     def take_described(self) -> dict[str, Any] | None:
         """The source's description, once (for the first round's report), then None."""

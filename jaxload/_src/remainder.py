@@ -197,3 +197,16 @@ def undelivered_warning(undelivered: dict[str, int], step: int, local_batch_size
             "groups' pipelines differ in length (files split unevenly over the groups, per-host "
             "file lists with shard=False, a dataset_fn): remainder='pad' delivers every row once "
             "(the groups that run out pad, masked out), or even out the groups' shares.")
+
+
+def no_step_warning(local_batch_size: int) -> str:
+    """A whole pass with ``remainder="drop"`` that handed out no step, in words.
+
+    Example:
+      >>> no_step_warning(512)[:75]
+      "remainder='drop': this pass had no step: a loading group had fewer than 512"
+    """
+    return (f"remainder='drop': this pass had no step: a loading group had fewer than "
+            f"{local_batch_size} rows (its batch of each step: global_batch_size over the "
+            "loading groups), and an incomplete batch is dropped. Give each group more rows "
+            "(more data or files), a smaller global_batch_size, or remainder='pad'.")
