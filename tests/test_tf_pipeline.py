@@ -572,6 +572,7 @@ def test_an_ended_pipeline_s_iterator_is_destroyed_off_the_reading_thread(monkey
     # TensorFlow's iterator destructor cancels and joins the pipeline's threads (up to ~0.5 s
     # here): the end of a pass must not wait for it
     import threading
+    import time
     import weakref
 
     from jaxload._src.pipelines.tf import iterator as tf_iterator
@@ -595,9 +596,9 @@ def test_an_ended_pipeline_s_iterator_is_destroyed_off_the_reading_thread(monkey
             else:
                 next(reading)
                 reading.close()
-            for thread in threading.enumerate():
-                if thread.name == "jaxload-tf-release":
-                    thread.join(timeout=30)
+            deadline = time.monotonic() + 30  # destroyed on the releasing thread, soon
+            while not where and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert where == ["jaxload-tf-release"], (position, whole)
 
 

@@ -43,6 +43,7 @@ _JOIN_AT_EXIT_S = 10.0
 
 def _stop_producers() -> None:
     closer.stop()  # after the iterators already handed to it
+    releaser.stop()
     for stop in list(_running.values()):
         stop.set()
     for thread in list(_running):
@@ -165,16 +166,16 @@ class BackgroundCloser:
     it the iterator with ``SimpleQueue.put``, which is safe there.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "jaxload-close") -> None:
         self._queue: queue.SimpleQueue[Closable | _End] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._name = name
 
     def start(self) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="jaxload-close",
-                                                daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 _register(self._thread, threading.Event())
                 self._thread.start()
 
@@ -208,6 +209,9 @@ class BackgroundCloser:
 
 
 closer = BackgroundCloser()
+# destroys the tf.data iterators of ended passes: TensorFlow's destructor cancels and joins the
+# pipeline's threads, which the loop must not wait for (jaxload/_src/pipelines/tf/iterator.py)
+releaser = BackgroundCloser("jaxload-tf-release")
 
 
 def _register(thread: threading.Thread, stop: threading.Event) -> None:

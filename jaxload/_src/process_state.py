@@ -39,6 +39,7 @@ def leftovers(timeout_s: float) -> list[str]:
     may wait on the other processes) and this process's watchdog is stopped."""
     gc.collect()  # finalizers hand dropped iterators to the closing thread
     prefetch.closer.drain(timeout_s)
+    prefetch.releaser.drain(timeout_s)  # after the closes, which may release iterators
     found = [f"loader pass {name!r} still open" for name in watchdog.forget_this_process()]
     deadline = time.monotonic() + min(_SETTLE_S, timeout_s)
     while _jaxload_threads() and time.monotonic() < deadline:

@@ -35,7 +35,6 @@ import base64
 import collections
 import re
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -45,6 +44,7 @@ import numpy as np
 from jaxload._src import compat
 from jaxload._src.pipelines.tf.graph import DatasetGraph
 from jaxload._src.pipelines.tf.on_demand import Live
+from jaxload._src.prefetch import releaser
 from jaxload._src.told import warn_once
 from jaxload._src.trees import HostBatch
 from jaxload._src.validate import is_nonnegative_int
@@ -76,7 +76,7 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
     """
     import tensorflow as tf
 
-    owned = [iter(pipeline)]  # the only reference to the iterator: see release()
+    owned = owning(iter(pipeline))  # the only reference to the iterator: see release()
     try:
         done, ahead = 0, []
         saved = position["saved"] if position else None
@@ -124,7 +124,7 @@ def checkpointed(pipeline: Any, position: dict[str, Any] | None, *, ignore_exter
 def counted(pipeline: Any, positions: Iterator[Any]) -> Iterator[tuple[HostBatch, Any]]:
     """``pipeline``'s batches as numpy, each with the next of ``positions`` (a count of batches
     where the iterator cannot be saved; None for the tf.data service)."""
-    owned = [pipeline.as_numpy_iterator()]
+    owned = owning(pipeline.as_numpy_iterator())
     try:
         for position in positions:
             batch = next(owned[0], None)
@@ -136,18 +136,29 @@ def counted(pipeline: Any, positions: Iterator[Any]) -> Iterator[tuple[HostBatch
 
 
 def release(owned: list[Any]) -> None:
-    """Destroys the iterator in ``owned`` (its only reference) on a thread of its own, so that
-    the pass's end does not wait for TensorFlow to cancel and join the pipeline's threads.
-
-    Not a daemon: the interpreter's exit waits for it rather than tearing TensorFlow down
-    under it.
+    """Destroys the iterator in ``owned`` (its only reference) on jaxload's releasing thread
+    (:data:`jaxload._src.prefetch.releaser`), so that the pass's end does not wait for
+    TensorFlow to cancel and join the pipeline's threads. Safe where a thread must not be
+    started (a generator closed by the garbage collector): the thread is started with the
+    iterator (:func:`owning`), and the interpreter's exit waits for it.
 
     Example:
       >>> owned = [iter([1, 2])]
       >>> release(owned)
     """
     if owned:
-        threading.Thread(target=owned.clear, name="jaxload-tf-release").start()
+        releaser.close_later(_Owned(owned))
+
+
+def owning(iterator: Any) -> list[Any]:
+    """``[iterator]``, the list :func:`release` takes, with the releasing thread started."""
+    releaser.start()
+    return [iterator]
+
+
+class _Owned:
+    def __init__(self, owned: list[Any]):
+        self.close = owned.clear
 
 
 def save(iterator: Any, ignore_external_state: bool) -> bytes | None:
