@@ -352,3 +352,33 @@ def test_a_dropped_loader_frees_its_pipeline_without_the_cyclic_collector(cluste
     for freed in results:  # the pipeline at once; a tf.data source at once, any at last
         assert all(pipeline and (source or kind.startswith("grain")) and at_last
                    for kind, (pipeline, source, at_last) in freed.items()), str(freed)
+
+
+def warm_start_dropped():
+    """A loader restored with set_state starts its pass's reads early (prefetch > 0); dropped
+    before its first iter(), it must not fail the run: the steps of another loader after it."""
+    import gc
+
+    import tensorflow as tf
+
+    import jaxload
+
+    def shuffled():  # positioned by replay: a seeded shuffle of rows in memory
+        return tf.data.Dataset.range(64).shuffle(64, seed=1)
+
+    layout = jaxload.data_parallel()
+    trained = jaxload.from_tf_data(shuffled(), layout, global_batch_size=8)
+    batches = iter(trained)
+    next(batches)
+    restored = jaxload.from_tf_data(shuffled(), layout, global_batch_size=8)
+    restored.set_state(trained.get_state())  # its pass starts reading now
+    del restored
+    gc.collect()
+    time.sleep(1)  # the early reads run on
+    return [int(b.shape[0]) for b in batches]
+
+
+@pytest.mark.cluster
+def test_a_restored_loader_dropped_before_its_pass_fails_nothing(clusters):
+    for steps in clusters.run(warm_start_dropped, num_processes=2, local_devices=2, timeout_s=120):
+        assert steps == [8] * 7

@@ -114,3 +114,32 @@ def test_a_round_s_window_is_read_between_the_handouts_not_all_at_once():
     for kind, _ in events:
         run = run + 1 if kind == "read" else runs.append(run) or 0
     assert max(runs) <= 2, runs  # a whole window (up to 16) read before a step, without it
+
+
+def test_what_is_handed_to_a_closing_thread_after_its_end_is_closed_too():
+    # drain() queues the end while the thread lives; a start() then sees it alive and starts
+    # none, so what is handed over next must not wait for another start()
+    import threading
+
+    from jaxload._src.prefetch import BackgroundCloser
+
+    busy, closed = threading.Event(), []
+
+    class Item:
+        def __init__(self, name, wait=False):
+            self.name, self.wait = name, wait
+
+        def close(self):
+            if self.wait:
+                busy.wait(10)
+            closed.append(self.name)
+
+    closing = BackgroundCloser("jaxload-test-close")
+    closing.start()
+    closing.close_later(Item("first", wait=True))
+    closing.stop()
+    closing.start()  # sees the thread alive: starts none
+    closing.close_later(Item("after the end"))
+    busy.set()
+    closing.drain(10)
+    assert closed == ["first", "after the end"]

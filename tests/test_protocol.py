@@ -80,7 +80,12 @@ def test_known_lengths_fix_the_step_count_in_the_first_round():
     # no read-ahead once the count is known: the round agrees on every step of the pass, and
     # one more round ends it
     assert (drop.total, drop.count, drop.more) == (7, 7, True)
-    assert drop.undelivered == {"0": 3}  # known lengths: exactly what process 0 holds more
+    assert (drop.undelivered, drop.exact) == ({"0": 3}, True)  # every length known: exactly
+    # one length unknown: no count in the first round; at the end, what was read ahead, at least
+    mixed = {0: Report(ready=1, digest="d", length=10), 1: Report(ready=1, digest="d")}
+    assert decide(mixed, step=0, window=1, pad=False).undelivered is None
+    last = decide(reports(4, 1), step=6, window=4, pad=False)
+    assert (last.undelivered, last.exact) == ({"0": 3}, False)
     end = decide(reports(0, 0), step=7, window=MAX_KNOWN_WINDOW, pad=False, total=7)
     assert (end.count, end.more) == (0, False)
     assert decide(rs, step=0, window=1, pad=True).total == 10

@@ -183,10 +183,15 @@ class BackgroundCloser:
         self._queue.put(items)
 
     def _run(self) -> None:
+        ending = False  # after the end: what a start() that saw this thread alive queued
         while True:
-            items = self._queue.get()
-            if isinstance(items, _End):
+            try:
+                items = self._queue.get_nowait() if ending else self._queue.get()
+            except queue.Empty:
                 return
+            if isinstance(items, _End):
+                ending = True
+                continue
             try:
                 items.close()
             except Exception:  # noqa: BLE001 - nobody is left to see it

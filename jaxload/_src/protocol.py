@@ -126,7 +126,8 @@ class Decision(_Compact):
       undelivered: ``remainder="drop"``: the batches each process holds beyond the pass's step
         count (process index as text -> batches), where some hold more than others: exactly in
         the first round where every length is known, at least (read ahead) in the round that
-        ends a pass of unknown length (:func:`jaxload._src.remainder.undelivered_warning`).
+        ends a pass of unknown length (:func:`jaxload._src.remainder.undelivered_warning`);
+        ``exact`` says which.
     """
 
     count: int = 0
@@ -145,6 +146,7 @@ class Decision(_Compact):
     stream_diverged: str | None = None
     stream_read: dict[str, list[int]] | None = None
     undelivered: dict[str, int] | None = None
+    exact: bool = False
 
     @property
     def final(self) -> bool:
@@ -172,7 +174,7 @@ def decide(reports: dict[int, Report], *, step: int, window: int, pad: bool,
       Decision(count=1, more=False, window=4, total=None, error=None, stopped=None, \
 mismatch=None, template_from=None, template=None, checked=False, check_error=None, \
 refused=None, diverged=None, stream_diverged=None, stream_read=None, \
-undelivered={'0': 1})
+undelivered={'0': 1}, exact=False)
     """
     failed = {p: r for p, r in reports.items() if r.error is not None}
     if failed:
@@ -188,12 +190,14 @@ undelivered={'0': 1})
     if len(kinds) > 1:
         return Decision(mismatch=kinds, more=True)
     held: dict[int, int] = {}  # drop: what each process holds beyond the step count
+    exact = False  # known from every length (else: what the processes read ahead)
     if total is None:
         remaining = _known_total(reports, pad)
         total = remaining if remaining in (None, INFINITE) else step + remaining
-        if remaining not in (None, INFINITE) and not pad:
+        if remaining not in (None, INFINITE) and not pad:  # every length known: exact
             held = {p: r.length - remaining for p, r in reports.items()
                     if r.length not in (None, INFINITE) and r.length > remaining}
+            exact = True
     nbytes = max((r.nbytes for r in reports.values()), default=0)
     # a loading group proving a pass of known length reads up to MAX_KNOWN_WINDOW ahead, its
     # windows growing 4-fold (its rounds are an overhead, not the way to find the pass's end)
@@ -215,7 +219,7 @@ undelivered={'0': 1})
     if pad and count and any(r.needs_template for r in reports.values()) and kinds:
         template_from = min(next(iter(kinds.values())))
     return Decision(count=count, more=more, window=next_window, total=total,
-                    template_from=template_from,
+                    template_from=template_from, exact=exact and bool(held),
                     undelivered={str(p): n for p, n in sorted(held.items())} or None)
 
 

@@ -16,6 +16,7 @@ from jaxload._src import signature
 from jaxload._src.assemble import check_local_batch
 from jaxload._src.group_proof import digest
 from jaxload._src.plan import Plan
+from jaxload._src.protocol import Decision
 from jaxload._src.records import Recorder
 from jaxload._src.remainder import check_paddable, no_step_warning, undelivered_warning
 from jaxload._src.stats import Stats, timed
@@ -68,8 +69,7 @@ class ReadAhead:
         self._describe = getattr(source, "describe", None)
         self._ended = getattr(source, "ended", None)
         self.uneven = bool(getattr(source, "uneven", False))  # its own share: warn what drop
-        self.undelivered: dict[str, int] | None = None  # leaves out (Decision.undelivered)
-        self._exact = self.length is not None
+        self.undelivered: Decision | None = None  # leaves out (Decision.undelivered)
         self._described: dict[str, Any] | None = None
         self._source = iter(source)
         self._plan_at, self._pad, self._stats = plan_at, pad, stats
@@ -119,9 +119,10 @@ class ReadAhead:
         if self._pad:
             return
         step, plan = self.next_step - len(self.ahead) - held, self._plan_at(self.next_step)
-        if self.uneven and self.undelivered:
-            warnings.warn(undelivered_warning(self.undelivered, step, plan.local_batch_size,
-                                              self._exact, plan.loading_groups), stacklevel=2)
+        if self.uneven and self.undelivered and self.undelivered.undelivered:
+            warnings.warn(undelivered_warning(self.undelivered.undelivered, step,
+                                              plan.local_batch_size, self.undelivered.exact,
+                                              plan.loading_groups), stacklevel=2)
         elif step == self._first_step == 0:  # a whole pass, and not one step
             warnings.warn(no_step_warning(plan.local_batch_size), stacklevel=2)
 

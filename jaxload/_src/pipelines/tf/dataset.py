@@ -205,22 +205,22 @@ class TfDataset:
         else:  # each step: one element (batched) or local_batch_size of each loading group
             per_batch = plan.shard_count * (1 if self._batched else plan.local_batch_size)
         whole: list[int | None] = []  # the pass's length in batches, once known
-        me = weakref.proxy(self)  # the closures kept in self.batches: no cycle through self
+        mine = weakref.ref(self)  # the closures kept in self.batches: no cycle through self
         built: list[Any] = [None, None, None]  # the last pass's: twin, skip, pipeline
         below = (elements and plan.global_batch_size == self._global  # split under the maps,
                  and replay.grouped == 1)  # not under the user's batch
 
-        def pipeline(ds: Any, split: bool) -> Any:
-            group = me._split(ds) if split else ds
-            return me._batched_group(group, 0).prefetch(tf.data.AUTOTUNE)
+        def pipeline(own: TfDataset, ds: Any, split: bool) -> Any:
+            group = own._split(ds) if split else ds
+            return own._batched_group(group, 0).prefetch(tf.data.AUTOTUNE)
 
-        def read(number: int | None, consumed: int, seeds: tuple[int, int] | None
-                 ) -> Iterator[tuple[HostBatch, Any]]:
-            skip = start + consumed * per_batch
-            number, shuffled = replay.positioned(number, seeds, skip)
+        def read(own: TfDataset, number: int | None, consumed: int, seeds: Any
+                 ) -> Iterator[tuple[HostBatch, Any]]:  # seeds: tuple[int, int] | None
+            skip = start + consumed * per_batch  # (own: held while the pass reads, which a
+            number, shuffled = replay.positioned(number, seeds, skip)  # set_state may start)
             if built[0] is not shuffled or built[1] != skip:  # passes from one point share
-                built[:] = [shuffled, skip, pipeline(replay.dataset(  # one pipeline: each
-                    shuffled, skip, split=me._split if below else None),  # iterator of it
+                built[:] = [shuffled, skip, pipeline(own, replay.dataset(  # one pipeline: each
+                    shuffled, skip, split=own._split if below else None),  # iterator of it
                     elements and not below)]  # is another pass
             drawn = [*replay.passes.seeds]
             yield from counted(built[2], (
@@ -228,14 +228,15 @@ class TfDataset:
                 for n in itertools.count(consumed + 1)))
 
         def batches(position: Any) -> Batches:
-            number, consumed, seeds = position_of(position)
+            own, (number, consumed, seeds) = mine(), position_of(position)
+            assert own is not None  # its loader starts the pass
             if not whole:
-                whole.append(_length(pipeline(me._ds.skip(start) if start else me._ds, True)
-                                     if elements else pipeline(me._share, False)))
+                whole.append(_length(pipeline(own, own._ds.skip(start) if start else own._ds, True)
+                                     if elements else pipeline(own, own._share, False)))
             length = whole[0]
             remaining = max(length - consumed, 0) if length not in (None, INFINITE) else length
-            return Batches(read(number, consumed, seeds), length=remaining,
-                           describe=me._same.described, uneven=not elements)
+            return Batches(read(own, number, consumed, seeds), length=remaining,
+                           describe=own._same.described, uneven=not elements)
 
         return batches
 
@@ -282,8 +283,7 @@ FUNCTION = "function"  # shard= for a dataset_fn's pipeline: the group's share a
 _BY_FUNCTION = ("with dataset_fn each loading group's share is what your function builds, and "
                 "jaxload cannot tell which elements another split would give each new group; "
                 "resume on the same topology, or restart the pass (no set_state)")
-_BY_FILES = (
-    "sharded by files, each loading group reads its own files and its position is its own: "
+_BY_FILES = ("sharded by files, each loading group reads its own files and its position is its own: "
     "the state continues only on the topology and loading group it was taken in (each process "
     "from the state its own process took, as jaxload.checkpoint saves them). Resume on the same "
     "topology, restart the pass (no set_state), or build the loader with shard='elements', "
