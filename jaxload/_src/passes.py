@@ -174,7 +174,7 @@ class Pass:
                 decision = stream_proof.locate(decision, self._reader.at(decision.count, (
                     self._assembled if self._held else None)), self._exchange.process_index, self._round)
         self._ended = decision.final  # no round follows
-        self._reader.undelivered = decision if decision.undelivered else self._reader.undelivered
+        self._reader.dropping = decision if decision.undelivered else self._reader.dropping
         if decision.error is not None:
             raise PeerFailedError(decision.error)
         same_dataset.raise_if_refused(decision)  # before the check: a cause, not a symptom

@@ -69,7 +69,7 @@ class ReadAhead:
         self._describe = getattr(source, "describe", None)
         self._ended = getattr(source, "ended", None)
         self.uneven = bool(getattr(source, "uneven", False))  # its own share: warn what drop
-        self.undelivered: Decision | None = None  # leaves out (Decision.undelivered)
+        self.dropping: Decision | None = None  # leaves out (its Decision.undelivered)
         self._described: dict[str, Any] | None = None
         self._source = iter(source)
         self._plan_at, self._pad, self._stats = plan_at, pad, stats
@@ -119,9 +119,9 @@ class ReadAhead:
         if self._pad:
             return
         step, plan = self.next_step - len(self.ahead) - held, self._plan_at(self.next_step)
-        if self.uneven and self.undelivered and self.undelivered.undelivered:
-            warnings.warn(undelivered_warning(self.undelivered.undelivered, step,
-                                              plan.local_batch_size, self.undelivered.exact,
+        if self.uneven and self.dropping is not None and self.dropping.undelivered:
+            warnings.warn(undelivered_warning(self.dropping.undelivered, step,
+                                              plan.local_batch_size, self.dropping.exact,
                                               plan.loading_groups), stacklevel=2)
         elif step == self._first_step == 0:  # a whole pass, and not one step
             warnings.warn(no_step_warning(plan.local_batch_size), stacklevel=2)

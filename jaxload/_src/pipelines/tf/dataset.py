@@ -134,48 +134,48 @@ class TfDataset:
 
         if self._replay is not None:
             return self._replayed(start, self._replay)
-        group = self._group(start)
-        options = tf.data.Options()
+        group, options = self._group(start), tf.data.Options()
         options.experimental_symbolic_checkpoint = self._symbolic
-        me = weakref.proxy(self)  # the closures kept in self.batches: no cycle through self
         built: dict[tuple[int, bool], tuple[Any, int | None]] = {}  # the last one built
-        uneven = self.sharding.mode != ELEMENTS  # each group's own files or pipeline
+        mine = weakref.ref(self)  # the closures kept in self.batches: no cycle through self
 
-        def build(skip: int, count: bool) -> tuple[Any, int | None]:
+        def build(own: TfDataset, skip: int, count: bool) -> tuple[Any, int | None]:
             """The pass's pipeline and its length. A ``Dataset`` is immutable and each
             ``iter()`` starts a fresh iterator, so the passes from the same point (every pass
             from the start) share one: building it again cost every pass 2-5 ms."""
             if (skip, count) not in built:
-                pipeline, length = me._proved(start, skip) if me._stream else (
-                    me._batched_group(group, skip), None)
+                pipeline, length = own._proved(start, skip) if own._stream else (
+                    own._batched_group(group, skip), None)
                 pipeline = pipeline.prefetch(tf.data.AUTOTUNE).with_options(options)
                 built.clear()  # a resume skipping batches builds its own, once
-                built[skip, count] = pipeline, length if me._stream else _length(pipeline)
+                built[skip, count] = pipeline, length if own._stream else _length(pipeline)
             return built[skip, count]
 
-        def read(batches: Any) -> Any:
-            return fingerprinted(batches) if me._stream else batches
+        def read(own: TfDataset, batches: Any) -> Any:
+            return fingerprinted(batches) if own._stream else batches
 
         def batches(position: Any) -> Batches:
-            consumed, digest = batches_of(position), stream_of(position)
-            count = me._save is None or (isinstance(position, int) or bool(digest)) and consumed > 0
-            again = int(count and consumed > 0 and bool(digest) and bool(me._stream))
-            pipeline, length = build(consumed - again if count else 0, count)
+            own, consumed, digest = mine(), batches_of(position), stream_of(position)
+            assert own is not None  # its loader starts the pass
+            count = own._save is None or (isinstance(position, int) or bool(digest)) and consumed > 0
+            again = int(count and consumed > 0 and bool(digest) and bool(own._stream))
+            pipeline, length = build(own, consumed - again if count else 0, count)
             if count:  # with a digest, the last batch handed out is read again and compared
                 first = consumed + 1 - again  # where it reshuffles, over the pass's order
-                run, numbers = me._numbers.counts(pipeline, position, first) if (
-                    me._numbers) else (pipeline, itertools.count(first))
-                read_on = read(counted(run, numbers))
+                run, numbers = own._numbers.counts(pipeline, position, first) if (
+                    own._numbers) else (pipeline, itertools.count(first))
+                read_on = read(own, counted(run, numbers))
                 return Batches(continued(read_on, digest, consumed) if again else read_on,
                                length=length - again if length not in (None, INFINITE) else length,
-                               describe=me._same.described, proves=bool(me._stream), uneven=uneven)
+                               describe=own._same.described, proves=bool(own._stream),
+                               uneven=own.sharding.mode != ELEMENTS)
             remaining = length - consumed if length not in (None, INFINITE) else length
-            number, run = me._numbers.start(pipeline, position) if me._numbers else (
+            number, run = own._numbers.start(pipeline, position) if own._numbers else (
                 None, pipeline)
-            return Batches(read(checkpointed(run, position, live=me._live, number=number,
-                                             ignore_external_state=bool(me._save))),
-                           length=remaining, describe=me._same.described,
-                           proves=bool(me._stream), uneven=uneven)
+            return Batches(read(own, checkpointed(run, position, live=own._live, number=number,
+                                             ignore_external_state=bool(own._save))),
+                           length=remaining, describe=own._same.described,
+                           proves=bool(own._stream), uneven=own.sharding.mode != ELEMENTS)
 
         return batches
 
