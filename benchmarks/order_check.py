@@ -52,9 +52,8 @@ def _names_ms(ds, plan) -> tuple[float, float, float]:
     from jaxload._src import compat
     from jaxload._src.pipelines.tf import names as tf_names
 
-    share = compat.tf_auto_shard(ds, plan.shard_count, plan.shard_index,
-                                 tf.data.experimental.AutoShardPolicy.FILE)
-    graph = compat.tf_graph(share)
+    graph = compat.tf_shard_graph(compat.tf_graph(ds), plan.shard_count, plan.shard_index,
+                                  tf.data.experimental.AutoShardPolicy.FILE)
     nodes = {node.name: node for node in graph.node}
 
     def counted() -> None:

@@ -15,7 +15,7 @@ def test_every_private_read_is_listed_and_has_a_test():
                       "data_loader_shard_options", "data_loader_operations", "drops_elements",
                       "data_loader_sampler", "data_loader_unread", "grain_split_and_seeds",
                       "grain_below_maps",
-                      "tf_graph", "tf_auto_shard", "tf_from_graph", "tf_iterator_state",
+                      "tf_graph", "tf_shard_graph", "tf_from_graph", "tf_iterator_state",
                       "tf_replay", "tf_is_tensor_slices", "tf_skips_in_place", "tf_source_tensors",
                       "tf_repeat", "tf_stateless", "tf_batch", "tf_interleave",
                       "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed",
@@ -109,12 +109,12 @@ def test_grain_datasets_that_drop_elements_are_found_in_the_parents_graph():
 
 def test_tensorflow_private_entry_points_exist_and_work(tmp_path):
     tf = pytest.importorskip("tensorflow")
-    from tensorflow.python.data.experimental.ops import distribute
     from tensorflow.python.data.ops import dataset_ops
+    from tensorflow.python.grappler import tf_optimizer
     from tensorflow.python.ops import gen_dataset_ops, gen_experimental_dataset_ops
 
     for owner, name in [(tf.data.Dataset, "_as_serialized_graph"),
-                        (distribute, "_AutoShardDataset"), (dataset_ops, "_VariantDataset"),
+                        (tf_optimizer, "OptimizeGraph"), (dataset_ops, "_VariantDataset"),
                         (gen_experimental_dataset_ops, "dataset_from_graph"),
                         (gen_dataset_ops, "serialize_iterator"),
                         (gen_dataset_ops, "deserialize_iterator")]:
@@ -126,13 +126,21 @@ def test_tensorflow_private_entry_points_exist_and_work(tmp_path):
     for i, path in enumerate(files):
         with open(path, "w") as f:
             f.write(f"{i}\n")
-    share = compat.tf_auto_shard(tf.data.TextLineDataset(files), 2, 1,
-                                 tf.data.experimental.AutoShardPolicy.FILE)
+    lines = tf.data.TextLineDataset(files)
+    graph = compat.tf_shard_graph(compat.tf_graph(lines), 2, 1,
+                                  tf.data.experimental.AutoShardPolicy.FILE)
+    share = compat.tf_from_graph(graph, lines.element_spec)
     assert [line.decode() for line in share.as_numpy_iterator()] == ["1", "3"]
     from jaxload._src.pipelines.tf.names import file_names
 
-    graph = compat.tf_graph(share)
     assert file_names(graph).count == 5
+    # as TensorFlow's own rewrite of the dataset (_AutoShardDataset) deals them out
+    from tensorflow.python.data.experimental.ops import distribute
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.FILE
+    theirs = distribute._AutoShardDataset(lines.with_options(options), 2, 1)
+    assert [line.decode() for line in theirs.as_numpy_iterator()] == ["1", "3"]
     assert "cycle_length" not in compat.tf_op_attrs("InterleaveDataset")  # an input, not an attr
     assert "f" in compat.tf_op_attrs("InterleaveDataset")
     tf.random.set_seed(7)

@@ -22,7 +22,6 @@ from jaxload._src.compat.grain import (
 )
 from jaxload._src.compat.jax import distributed_client, thread_mesh
 from jaxload._src.compat.tf import (
-    tf_auto_shard,
     tf_from_graph,
     tf_global_seed,
     tf_graph,
@@ -32,6 +31,7 @@ from jaxload._src.compat.tf import (
     tf_op_attrs,
     tf_restore_iterator,
     tf_save_iterator,
+    tf_shard_graph,
     tf_skips_in_place,
     tf_source_tensors,
     tf_stateless,
@@ -65,7 +65,9 @@ PRIVATE = (
     ("drops_elements", "grain._src.python.dataset.transformations.filter.FilterMapDataset, "
                        "grain._src.python.dataset.transformations.flatmap.FlatMapMapDataset"),
     ("tf_graph", "tf.data.Dataset._as_serialized_graph"),
-    ("tf_auto_shard", "tensorflow.python.data.experimental.ops.distribute._AutoShardDataset"),
+    ("tf_shard_graph", "tensorflow.python.grappler.tf_optimizer.OptimizeGraph with the "
+                       "tf_auto_shard optimizer and its parameters num_workers, index, "
+                       "auto_shard_policy, num_replicas"),
     ("tf_from_graph", "tensorflow.python.ops.gen_experimental_dataset_ops.dataset_from_graph, "
                       "tensorflow.python.data.ops.dataset_ops._VariantDataset"),
     ("tf_replay", "data.util.structure.get_flat_tensor_types, get_flat_tensor_shapes; "
@@ -104,9 +106,9 @@ PRIVATE = (
 __all__ = [
     "data_loader_operations", "data_loader_sampler", "data_loader_shard_options",
     "data_loader_source", "data_loader_unread", "distributed_client", "drops_elements", "grain_below_maps",
-    "grain_split_and_seeds", "tf_auto_shard", "tf_batch", "tf_from_graph", "tf_global_seed", "tf_graph",
+    "grain_split_and_seeds", "tf_batch", "tf_from_graph", "tf_global_seed", "tf_graph",
     "tf_input_index", "tf_interleave", "tf_is_tensor_slices", "tf_log_level", "tf_logs_at_fixed_level",
     "tf_map_carrying", "tf_one_to_one", "tf_op_attrs", "tf_repeat", "tf_restore_iterator",
-    "tf_save_iterator", "tf_seed_generator", "tf_shuffle", "tf_shuffled", "tf_skips_in_place",
-    "tf_source_tensors", "tf_stateless", "thread_mesh", "PRIVATE",
+    "tf_save_iterator", "tf_seed_generator", "tf_shard_graph", "tf_shuffle", "tf_shuffled",
+    "tf_skips_in_place", "tf_source_tensors", "tf_stateless", "thread_mesh", "PRIVATE",
 ]

@@ -10,6 +10,8 @@ from typing import Any
 
 from jaxload._src.compat.tf_logs import ERROR, logs_at_least, no_info_logs
 
+_RESOURCE = 20  # DT_RESOURCE
+
 
 def tf_graph(ds: Any, *, fail_on_external_state: bool = False) -> Any:
     """A ``tf.data.Dataset``'s graph as a ``GraphDef`` (its functions in ``library``):
@@ -34,16 +36,40 @@ def tf_graph(ds: Any, *, fail_on_external_state: bool = False) -> Any:
     return graph
 
 
-def tf_auto_shard(ds: Any, num_workers: int, index: int, policy: Any) -> Any:
-    """TensorFlow's sharding rewrite (tf.distribute's ``AutoShardPolicy``) of ``ds`` for worker
-    ``index`` of ``num_workers``: ``distribute._AutoShardDataset``. FILE inserts a shard of the
-    file names before the first op that reads them; HINT fills in ``SHARD_HINT``."""
-    import tensorflow as tf
-    from tensorflow.python.data.experimental.ops import distribute
+def tf_shard_graph(graph: Any, num_workers: int, index: int, policy: Any) -> Any:
+    """TensorFlow's sharding rewrite (tf.distribute's ``AutoShardPolicy``) for worker ``index``
+    of ``num_workers``, applied to a pipeline's graph read already (a ``GraphDef`` as
+    :func:`tf_graph` returns; not changed): a new ``GraphDef``, nothing serialized again. FILE
+    inserts a shard of the file names before the first op that reads them; HINT fills in
+    ``SHARD_HINT``. It is the ``tf_auto_shard`` optimizer that ``_AutoShardDataset`` runs on a
+    dataset's graph, run here through Grappler (``tf_optimizer.OptimizeGraph``, the graph's
+    sink fetched as ``train_op``). Raises TensorFlow's ``NotFoundError`` or
+    ``InvalidArgumentError`` where it cannot shard."""
+    from tensorflow.core.protobuf import config_pb2, meta_graph_pb2, rewriter_config_pb2
+    from tensorflow.python.grappler import tf_optimizer
 
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = policy
-    return distribute._AutoShardDataset(ds.with_options(options), num_workers, index)
+    sink = next(node for node in graph.node if node.op == "_Retval").input[0].split(":")[0]
+    meta = meta_graph_pb2.MetaGraphDef()
+    meta.graph_def.CopyFrom(graph)
+    meta.collection_def["train_op"].node_list.value.append(sink)
+    config = config_pb2.ConfigProto()
+    rewrites = config.graph_options.rewrite_options
+    rewrites.optimizers.append("tf_auto_shard")
+    rewrites.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
+    rewrites.fail_on_optimizer_errors = True
+    optimizer = rewrites.custom_optimizers.add(name="tf_auto_shard")
+    # every parameter the optimizer reads: a missing one aborts the process (a CHECK)
+    for name, value in (("num_workers", num_workers), ("index", index),
+                        ("auto_shard_policy", int(policy.value)), ("num_replicas", 0)):
+        optimizer.parameter_map[name].i = value
+    rewritten = tf_optimizer.OptimizeGraph(config, meta, verbose=False)
+    # Grappler writes a resource handle's constant (a shuffle's seed generator) as bytes; the
+    # rewrite leaves constants as they were, so they are given back in the form read
+    given = {node.name: node for node in graph.node if node.op == "Const"}
+    for node in rewritten.node:
+        if node.op == "Const" and node.attr["dtype"].type == _RESOURCE and node.name in given:
+            node.attr["value"].CopyFrom(given[node.name].attr["value"])
+    return rewritten
 
 
 def tf_from_graph(graph: Any, element_spec: Any) -> Any:

@@ -10,6 +10,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from jaxload._src import compat
 from jaxload._src.pipelines.base import Batches, LocalSpec, weakly
 from jaxload._src.pipelines.tf import reseed
 from jaxload._src.pipelines.tf.graph import PARALLEL_INTERLEAVES, DatasetGraph
@@ -26,12 +27,11 @@ from jaxload._src.pipelines.tf.order import check_same_order, constants, structu
 from jaxload._src.pipelines.tf.probe import Probe as _Probe
 from jaxload._src.pipelines.tf.read import read_graph, with_options_of
 from jaxload._src.pipelines.tf.replay import Replay, after_pass, position_of
-from jaxload._src.pipelines.tf.rewrite import sequential_interleaves
+from jaxload._src.pipelines.tf.rewrite import sequential_graph
 from jaxload._src.pipelines.tf.spec import batch_spec, check_element_spec
 from jaxload._src.pipelines.tf.split import (
     ELEMENTS,
     FILES,
-    HINT,
     NONE,
     Sharding,
     real_rows,
@@ -62,19 +62,18 @@ class TfDataset:
     def __init__(self, ds: Any, plan: Plan, *, global_batch_size: int, shard: bool | str,
                  batched: bool, remainder: str, prove: bool = True):
         check_element_spec(ds.element_spec, plan.local_batch_size if batched else None, remainder)
-        graph, user = read_graph(ds), ds
-        self._symbolic = graph.symbolic()
-        if self._symbolic and graph.ops() & PARALLEL_INTERLEAVES:  # else nothing to rebuild
-            ds = sequential_interleaves(ds, graph.graph)
+        graph, user = read_graph(ds), ds  # the one serialization of the pipeline
+        self._symbolic, whole = graph.symbolic(), graph.graph  # what rewrites start from
+        if self._symbolic and graph.ops() & PARALLEL_INTERLEAVES and (
+                changed := sequential_graph(whole)) is not None:
+            whole, ds = changed, compat.tf_from_graph(changed, ds.element_spec)
         self._ds, self._plan, self._global = ds, plan, global_batch_size
         self._batched, self._remainder = batched, remainder
         self._share, self.sharding = (ds, Sharding(NONE)) if shard in (False, FUNCTION) else (
-            split(ds, plan, "auto" if shard is True else str(shard), graph))
+            split(ds, plan, "auto" if shard is True else str(shard), graph, whole))
         check_same_order(graph, self.sharding, plan)
         if self.sharding.mode == ELEMENTS and graph.caches_to_files():
-            self._ds = ds = with_own_caches(ds, plan, ELEMENTS)
-        elif self.sharding.mode == HINT and graph.caches_to_files():
-            self._share = with_own_caches(self._share, plan, HINT)
+            self._ds = ds = with_own_caches(ds, whole, plan, ELEMENTS)
         self._replay = self._replayed_share(ds, graph)
         self._stream = Split.of(self._ds, plan, remainder == DROP, batched) if (
             prove and self.sharding.mode == ELEMENTS and plan.shard_count > 1 and self._replay is None

@@ -12,9 +12,9 @@ Example:
   >>> import tensorflow as tf
   >>> from jaxload._src import compat
   >>> names = tf.data.Dataset.from_tensor_slices(["a", "b", "c"])
-  >>> share = compat.tf_auto_shard(names.interleave(tf.data.TFRecordDataset), 2, 0,
-  ...                              tf.data.experimental.AutoShardPolicy.FILE)
-  >>> found = file_names(compat.tf_graph(share))
+  >>> share = compat.tf_shard_graph(compat.tf_graph(names.interleave(tf.data.TFRecordDataset)),
+  ...                               2, 0, tf.data.experimental.AutoShardPolicy.FILE)
+  >>> found = file_names(share)
   >>> found.count, len(found.digest)
   (3, 16)
 """

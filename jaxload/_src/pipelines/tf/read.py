@@ -49,7 +49,16 @@ def read_graph(ds: Any) -> DatasetGraph:
     light = tf.data.Dataset.from_tensor_slices(empty)
     for again in reversed(rebuild):
         light = again(light)
-    return DatasetGraph.of(light, ds.options())
+    graph = DatasetGraph.of(light, ds.options())
+    if {op for op in graph.ops() if "Dataset" in op} - _LIGHT:  # a dataset in a function
+        return DatasetGraph.of(ds)  # (nothing is ever built from a graph without its rows)
+    return graph
+
+
+# the dataset ops a graph read without its rows may hold: none that a build rewrites (a file
+# read, a cache, an interleave, a shard hint), so a pipeline is built from a graph read whole
+_LIGHT = frozenset({"TensorSliceDataset", "ShuffleDatasetV3", "MapDataset", "ParallelMapDatasetV2",
+                    "PrefetchDataset", "OptionsDataset"})
 
 
 def with_options_of(ds: Any, rebuilt: Any) -> Any:

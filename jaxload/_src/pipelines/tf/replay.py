@@ -59,6 +59,7 @@ from jaxload._src.pipelines.tf.graph import (
 )
 from jaxload._src.pipelines.tf.read import with_options_of
 from jaxload._src.pipelines.tf.shuffle import PASSES, PASSES_LOCK, Passes, names_shuffle
+from jaxload._src.pipelines.tf.split import under
 from jaxload._src.validate import is_nonnegative_int
 
 # dataset ops of an input that can give another order on another pass (or process): a shuffle
@@ -134,8 +135,10 @@ class Replay:
                                            grouped=grouped)
         with PASSES_LOCK:  # counted per user shuffle (its input, not itself, held)
             own = PASSES.setdefault(node, {})
-            if split not in own:
-                own[split] = Passes((source, *rest), split)
+            if split not in own:  # (the shuffle's input's graph: split without reading it)
+                own[split] = Passes((source, *rest), split, under(
+                    graph.graph, len(above) + (repeat is not None) + 1, "ShuffleDatasetV3"
+                ) if split else None)
         if repeat is None:
             return cls(tuple(reversed(above)), own[split], ds, grouped=grouped)
         length = int(own[split].input(False).cardinality())  # a repetition's, this group's

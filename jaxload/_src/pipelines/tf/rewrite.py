@@ -43,12 +43,16 @@ def sequential_interleaves(ds: Any, graph: Any = None) -> Any:
     The ``cycle_length`` inputs are read in parallel as before, one thread each; what is lost
     is the opening of the next inputs (files) ahead of their turn, which TensorFlow's restore of
     a symbolic checkpoint cannot take (see the module). ``graph``: ``ds``'s, where read
-    already (a copy is changed: the pipeline is not serialized again).
+    already (not changed: the pipeline is not serialized again).
     """
-    if graph is None:
-        graph = compat.tf_graph(ds)
-    else:
-        graph = type(graph).FromString(graph.SerializeToString())
+    changed = sequential_graph(compat.tf_graph(ds) if graph is None else graph)
+    return ds if changed is None else compat.tf_from_graph(changed, ds.element_spec)
+
+
+def sequential_graph(graph: Any) -> Any:
+    """A copy of ``graph`` (a ``GraphDef``) with its parallel interleaves rebuilt as
+    :func:`sequential_interleaves` does, or None where it has none."""
+    graph = type(graph).FromString(graph.SerializeToString())
     functions = {f.signature.name: f for f in graph.library.function}
     scopes = [graph.node] + [f.node_def for f in functions.values()]
     read_ahead: set[str] = set()
@@ -61,7 +65,7 @@ def sequential_interleaves(ds: Any, graph: Any = None) -> Any:
             if name not in read_ahead:
                 read_ahead.add(name)
                 _prefetch_result(functions[name], node, size)
-    return compat.tf_from_graph(graph, ds.element_spec) if read_ahead else ds
+    return graph if read_ahead else None
 
 
 def _read_ahead_size(node: Any, constants: dict[str, Any]) -> int:

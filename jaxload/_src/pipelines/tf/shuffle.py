@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxload._src import compat
-from jaxload._src.pipelines.tf.split import files_of_group
+from jaxload._src.pipelines.tf.split import files_of_group, under
 
 UNSEEDED = (0, 0)  # TensorFlow's op seeds of a shuffle without a seed
 # per user shuffle, per split of its input ((K, k) by files, None whole): its passes
@@ -52,9 +52,11 @@ class Passes:
     """The passes started over one user's shuffle: its rebuilt twin, and how many iterators
     were made of it (each draws the seeds of another pass where the shuffle reshuffles).
     ``split``: ``(K, k)`` where the shuffle's input is split by files (each group's twin
-    shuffles the records of its own files)."""
+    shuffles the records of its own files); ``graph``: the input's ``GraphDef``, where known
+    (the split then reads no graph)."""
 
-    def __init__(self, args: tuple[Any, ...], split: tuple[int, int] | None = None):
+    def __init__(self, args: tuple[Any, ...], split: tuple[int, int] | None = None,
+                 graph: Any = None):
         self._whole, self._size, seed, seed2, self.reshuffles = args
         self.seeds = (seed, seed2)
         self.shuffles = self._size is not None  # else the passes are of an unshuffled source
@@ -63,7 +65,7 @@ class Passes:
             draw = random.SystemRandom()
             self.seeds = (draw.randrange(1, 2**31), draw.randrange(1, 2**31))
         self._base, self.below = peeled(self._whole) if self.shuffles else (self._whole, ())
-        self._split = split
+        self._split, self._graph = split, graph
         # peeled? -> the shuffle of file names under the input, if any (rebuilt for each twin)
         self._names = {peel: names_shuffle(ds) for peel, ds in ((False, self._whole),
                                                                  (True, self._base))}
@@ -124,7 +126,9 @@ class Passes:
             if (names := self._names[peel]) is not None:
                 ds = self._over_names(*names)[0]
             elif self._split:
-                ds = files_of_group(ds, *self._split)
+                graph = self._graph if not peel or self._graph is None else under(
+                    self._graph, len(self.below))
+                ds = files_of_group(ds, *self._split, graph=graph)
             self._built_inputs[peel] = ds
         return self._built_inputs[peel]
 

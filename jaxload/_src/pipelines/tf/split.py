@@ -94,13 +94,17 @@ class Sharding:
 NOT_SPLIT = Sharding(ELEMENTS)  # what _by_files gives where it cannot split by files
 
 
-def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None
-          ) -> tuple[Any, Sharding]:
+def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None,
+          whole: Any = None) -> tuple[Any, Sharding]:
     """This loading group's share of ``ds`` and how it was split; for ``"elements"`` the share
-    is None (the caller shards the elements, after skipping to its start row)."""
+    is None (the caller shards the elements, after skipping to its start row). ``graph``:
+    ``ds``'s, read already (whole where it reads files: the share is built from it, by
+    TensorFlow's rewrite of the graph, without serializing the pipeline again); ``whole``:
+    the ``GraphDef`` ``ds`` was rebuilt from, where it is not ``graph``'s own."""
     import tensorflow as tf
 
     graph = graph or DatasetGraph.of(ds)
+    whole = graph.graph if whole is None else whole
     policy = tf.data.experimental.AutoShardPolicy
     hints = graph.shard_hints()
     if hints and shard == ELEMENTS:
@@ -108,14 +112,17 @@ def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None
                          "shard(SHARD_HINT, SHARD_HINT), which only a split at the hint fills "
                          "in: remove the hint, or leave shard='auto' to split there")
     if hints:
-        share = compat.tf_auto_shard(ds, plan.shard_count, plan.shard_index, policy.HINT)
-        return unwrapped(share), Sharding(HINT, before=graph.feeding(hints))
+        rewritten = compat.tf_shard_graph(whole, plan.shard_count, plan.shard_index,
+                                          policy.HINT)
+        own_caches(rewritten, plan, HINT)
+        return (compat.tf_from_graph(rewritten, ds.element_spec),
+                Sharding(HINT, before=graph.feeding(hints)))
     unsplittable = sorted(graph.ops() & UNSPLITTABLE)
     if shard == ELEMENTS or (shard == "auto" and not graph.readers() and not unsplittable):
         return None, Sharding(ELEMENTS)
     if plan.shard_count == 1 and graph.readers():  # one group reads every file
         return ds, Sharding(FILES)
-    why_not, share, sharding = _by_files(ds, plan, graph, unsplittable)
+    why_not, share, sharding = _by_files(ds, plan, graph, whole, unsplittable)
     if why_not is None:
         return share, sharding
     if shard == FILES:
@@ -126,7 +133,7 @@ def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None
     return None, Sharding(ELEMENTS, fallback=why_not)
 
 
-def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, unsplittable: list[str]
+def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, whole: Any, unsplittable: list[str]
               ) -> tuple[str | None, Any, Sharding]:
     """(why not, share, how): TensorFlow's FILE rewrite for this group, where every op after
     the file reads keeps its meaning and each loading group gets a file."""
@@ -145,11 +152,10 @@ def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, unsplittable: list[str]
         return (f"{blocked}. To keep file sharding, {blocked.fix}, or pass dataset_fn to build "
                 "each loading group's share", None, NOT_SPLIT)
     try:
-        share = compat.tf_auto_shard(ds, plan.shard_count, plan.shard_index,
-                                     tf.data.experimental.AutoShardPolicy.FILE)
+        rewritten = compat.tf_shard_graph(whole, plan.shard_count, plan.shard_index,
+                                          tf.data.experimental.AutoShardPolicy.FILE)
     except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as e:
         return _cannot_find(e), None, NOT_SPLIT
-    rewritten = compat.tf_graph(share)  # read once: counted, then rebuilt
     names = file_names(rewritten)
     if names is None:
         return (f"the file names its {', '.join(graph.readers())} read cannot be found "
@@ -162,18 +168,52 @@ def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, unsplittable: list[str]
                 "groups), or pass dataset_fn to build each group's share", None, NOT_SPLIT)
     names = dataclasses.replace(names, read=names_read(rewritten), meant=names_read(graph.graph))
     before = graph.feeding(inserted_shards(rewritten), rewritten)
-    renamed = own_caches(rewritten, plan, FILES)
-    share = unwrapped(share, rewritten, changed=bool(renamed))
+    own_caches(rewritten, plan, FILES)
+    share = compat.tf_from_graph(rewritten, ds.element_spec)
     return None, share, Sharding(FILES, files=names.count, names=names, before=before)
 
 
-def files_of_group(ds: Any, count: int, index: int) -> Any:
+def files_of_group(ds: Any, count: int, index: int, graph: Any = None) -> Any:
     """Loading group ``index`` of ``count``'s share of ``ds``, split by TensorFlow's FILE
-    rewrite (as :func:`split` splits a pipeline it found can be)."""
+    rewrite (as :func:`split` splits a pipeline it found can be). ``graph``: ``ds``'s
+    ``GraphDef``, where known (:func:`under`): then ``ds`` is not serialized."""
     import tensorflow as tf
 
     policy = tf.data.experimental.AutoShardPolicy.FILE
-    return unwrapped(compat.tf_auto_shard(ds, count, index, policy))
+    graph = compat.tf_graph(ds) if graph is None else graph
+    return compat.tf_from_graph(compat.tf_shard_graph(graph, count, index, policy),
+                                ds.element_spec)
+
+
+def under(graph: Any, steps: int, through: str = "") -> Any:
+    """A copy of ``graph`` (a pipeline's ``GraphDef``) whose result is the dataset ``steps``
+    ops under its own (following each op's first input), without the nodes it no longer
+    needs: the graph of a dataset the pipeline is built over, read without serializing it.
+    None where the way passes an op that is not a dataset's, or where the last op passed is
+    not ``through`` (where given)."""
+    nodes = {node.name: node for node in graph.node}
+    result = retval(graph)
+    name, passed = result.input[0].split(":")[0], None
+    for _ in range(steps):
+        passed = nodes.get(name)
+        if passed is None or "Dataset" not in passed.op or not passed.input:
+            return None
+        name = passed.input[0].split(":")[0]
+    if through and (passed is None or passed.op != through):
+        return None
+    needed, todo = {result.name}, [name]
+    while todo:
+        current = todo.pop()
+        if current not in needed and current in nodes:
+            needed.add(current)
+            todo.extend(i.split(":")[0].lstrip("^") for i in nodes[current].input)
+    copy = type(graph)()
+    copy.CopyFrom(graph)
+    kept = [node for node in copy.node if node.name in needed]
+    del copy.node[:]
+    copy.node.extend(kept)
+    retval(copy).input[0] = name
+    return copy
 
 
 def _cannot_find(error: Exception) -> str:
@@ -197,28 +237,12 @@ def own_caches(graph: Any, plan: Plan, mode: str) -> list[tuple[str, str]]:
     return renamed
 
 
-def with_own_caches(ds: Any, plan: Plan, mode: str) -> Any:
-    """``ds`` rebuilt with a file of this process's own for every ``cache(filename)``."""
-    graph = compat.tf_graph(ds)
-    return compat.tf_from_graph(graph, ds.element_spec) if own_caches(graph, plan, mode) else ds
-
-
-def unwrapped(share: Any, graph: Any = None, changed: bool = False) -> Any:
-    """``share`` rebuilt without the options node that TensorFlow's sharding rewrite leaves on
-    top of the user's pipeline (it sets only the auto-shard policy): below the batch, an
-    options node cost tf.data about 10 us per element here (TensorFlow 2.21), a quarter of a
-    pass over cheap records. The user's own options nodes stay. ``graph``: ``share``'s, if
-    read already (it is changed); ``changed``: rebuilt from ``graph`` in any case."""
-    graph = graph if graph is not None else compat.tf_graph(share)
-    node = retval(graph)
-    name = node.input[0].split(":")[0]
-    top = next((n for n in graph.node if n.name == name), None)
-    if top is not None and top.op == "OptionsDataset":
-        node.input[0] = top.input[0]
-        graph.node.remove(top)
-    elif not changed:
-        return share
-    return compat.tf_from_graph(graph, share.element_spec)
+def with_own_caches(ds: Any, graph: Any, plan: Plan, mode: str) -> Any:
+    """``ds`` rebuilt from ``graph`` (its ``GraphDef``, not changed) with a file of this
+    process's own for every ``cache(filename)``."""
+    copy = type(graph)()
+    copy.CopyFrom(graph)
+    return compat.tf_from_graph(copy, ds.element_spec) if own_caches(copy, plan, mode) else ds
 
 
 def _sources(graph: DatasetGraph) -> set[str]:
