@@ -89,3 +89,46 @@ def test_a_build_serializes_the_pipeline_once_and_a_pass_never(clusters, tmp_pat
         assert counts == {name: [1, 0, 0, 0] for name in counts}, (process, counts)
     assert sorted(results[0]) == ["cache file", "files", "files replayed", "generator", "hint",
                                   "memory"]
+
+
+def test_the_names_read_once_are_those_read_one_by_one(tmp_path):
+    """A list of files is read once where the shape allows (names_at_once): its count, hash,
+    and the multisets meant and read by each group equal those of three separate readings."""
+    import dataclasses
+
+    import tensorflow as tf
+
+    from jaxload._src import compat
+    from jaxload._src.pipelines.tf import names as tf_names
+
+    for f in range(9):
+        with tf.io.TFRecordWriter(str(tmp_path / f"{f}.tfrecord")) as writer:
+            for _ in range(3 + f):
+                writer.write(b"x")
+    pattern = str(tmp_path / "*.tfrecord")
+    files = sorted(tf.io.gfile.glob(pattern))
+    read = tf.data.TFRecordDataset
+    cases = {
+        "in order": (True, tf.data.Dataset.list_files(pattern, shuffle=False).interleave(read)),
+        "shuffled": (True, tf.data.Dataset.list_files(pattern, seed=4).interleave(
+            read, cycle_length=2).prefetch(2)),
+        "unseeded": (True, tf.data.Dataset.list_files(pattern).interleave(read)),
+        "with labels": (True, tf.data.Dataset.from_tensor_slices((files, list(range(9)))).interleave(
+            lambda f, label: read(f).map(lambda r: (r, label)))),
+        "in pairs": (True, tf.data.Dataset.from_tensor_slices(files).batch(2).interleave(read)),
+        "past one by one": (True, tf.data.Dataset.from_tensor_slices(
+            [files[i % 9] for i in range(300)]).interleave(read, cycle_length=4)),
+        "a subset": (False, tf.data.Dataset.list_files(pattern, seed=5).take(4).interleave(read)),
+    }
+    policy = tf.data.experimental.AutoShardPolicy.FILE
+    for name, (at_once, ds) in cases.items():
+        graph = compat.tf_graph(ds)
+        for k in range(3):
+            rewritten = compat.tf_shard_graph(graph, 3, k, policy)
+            once = tf_names.names_at_once(rewritten, graph, 3, k)
+            assert (once is not None) == at_once, name
+            if once is not None:
+                apart = dataclasses.replace(tf_names.file_names(rewritten),
+                                            read=tf_names.names_read(rewritten),
+                                            meant=tf_names.names_read(graph))
+                assert once == apart, (name, k, once, apart)

@@ -67,7 +67,7 @@ PRIVATE = (
     ("tf_graph", "tf.data.Dataset._as_serialized_graph"),
     ("tf_shard_graph", "tensorflow.python.grappler.tf_optimizer.OptimizeGraph with the "
                        "tf_auto_shard optimizer and its parameters num_workers, index, "
-                       "auto_shard_policy, num_replicas"),
+                       "auto_shard_policy, num_replicas; grappler.cluster.Cluster(devices=)"),
     ("tf_from_graph", "tensorflow.python.ops.gen_experimental_dataset_ops.dataset_from_graph, "
                       "tensorflow.python.data.ops.dataset_ops._VariantDataset"),
     ("tf_replay", "data.util.structure.get_flat_tensor_types, get_flat_tensor_shapes; "

@@ -5,12 +5,14 @@ checkpoints as bytes."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from jaxload._src.compat.tf_logs import ERROR, logs_at_least, no_info_logs
 
 _RESOURCE = 20  # DT_RESOURCE
+_GRAPPLER = threading.Lock()  # one rewrite at a time, as Grappler's own entry point does
 
 
 def tf_graph(ds: Any, *, fail_on_external_state: bool = False) -> Any:
@@ -43,9 +45,16 @@ def tf_shard_graph(graph: Any, num_workers: int, index: int, policy: Any) -> Any
     inserts a shard of the file names before the first op that reads them; HINT fills in
     ``SHARD_HINT``. It is the ``tf_auto_shard`` optimizer that ``_AutoShardDataset`` runs on a
     dataset's graph, run here through Grappler (``tf_optimizer.OptimizeGraph``, the graph's
-    sink fetched as ``train_op``). Raises TensorFlow's ``NotFoundError`` or
-    ``InvalidArgumentError`` where it cannot shard."""
-    from tensorflow.core.protobuf import config_pb2, meta_graph_pb2, rewriter_config_pb2
+    sink fetched as ``train_op``) over a virtual cluster of one CPU (the rewrite reads no
+    device; Grappler's default cluster provisions a session: 7-25 ms a call). Raises
+    TensorFlow's ``NotFoundError`` or ``InvalidArgumentError`` where it cannot shard."""
+    from tensorflow.core.protobuf import (
+        config_pb2,
+        device_properties_pb2,
+        meta_graph_pb2,
+        rewriter_config_pb2,
+    )
+    from tensorflow.python.grappler import cluster as grappler_cluster
     from tensorflow.python.grappler import tf_optimizer
 
     sink = next(node for node in graph.node if node.op == "_Retval").input[0].split(":")[0]
@@ -62,7 +71,15 @@ def tf_shard_graph(graph: Any, num_workers: int, index: int, policy: Any) -> Any
     for name, value in (("num_workers", num_workers), ("index", index),
                         ("auto_shard_policy", int(policy.value)), ("num_replicas", 0)):
         optimizer.parameter_map[name].i = value
-    rewritten = tf_optimizer.OptimizeGraph(config, meta, verbose=False)
+    cpu = device_properties_pb2.NamedDevice(
+        name="/job:localhost/replica:0/task:0/device:CPU:0",
+        properties=device_properties_pb2.DeviceProperties(type="CPU"))
+    with _GRAPPLER:
+        cluster = grappler_cluster.Cluster(devices=[cpu])
+        try:
+            rewritten = tf_optimizer.OptimizeGraph(config, meta, verbose=False, cluster=cluster)
+        finally:
+            cluster.Shutdown()
     # Grappler writes a resource handle's constant (a shuffle's seed generator) as bytes; the
     # rewrite leaves constants as they were, so they are given back in the form read
     given = {node.name: node for node in graph.node if node.op == "Const"}

@@ -31,6 +31,7 @@ from jaxload._src.pipelines.tf.names import (
     FileNames,
     file_names,
     inserted_shards,
+    names_at_once,
     names_read,
     retval,
 )
@@ -156,7 +157,8 @@ def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, whole: Any, unsplittable
                                           tf.data.experimental.AutoShardPolicy.FILE)
     except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as e:
         return _cannot_find(e), None, NOT_SPLIT
-    names = file_names(rewritten)
+    names = names_at_once(rewritten, whole, plan.shard_count, plan.shard_index) or file_names(
+        rewritten)
     if names is None:
         return (f"the file names its {', '.join(graph.readers())} read cannot be found "
                 "before reading", None, NOT_SPLIT)
@@ -166,7 +168,9 @@ def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, whole: Any, unsplittable
                 f"only each loading group's share, write the data into at least "
                 f"{plan.shard_count} files (a multiple of {plan.shard_count} evens out the "
                 "groups), or pass dataset_fn to build each group's share", None, NOT_SPLIT)
-    names = dataclasses.replace(names, read=names_read(rewritten), meant=names_read(graph.graph))
+    if names.meant is None:  # (not read at once)
+        names = dataclasses.replace(names, read=names_read(rewritten),
+                                    meant=names_read(graph.graph))
     before = graph.feeding(inserted_shards(rewritten), rewritten)
     own_caches(rewritten, plan, FILES)
     share = compat.tf_from_graph(rewritten, ds.element_spec)
