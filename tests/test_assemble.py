@@ -70,3 +70,39 @@ def test_aligned_batches_reach_cpu_devices_without_a_copy():
     unaligned = raw[start : start + 16 * 1024 * 4].view(np.float32).reshape(16, 1024)
     unaligned[:] = host
     assert not any(_aliases(unaligned, jaxload.assemble({"x": unaligned}, plan)["x"]))
+
+
+def test_integers_that_jax_would_narrow_out_of_range_are_refused_naming_the_feature(plan):
+    if jax.config.jax_enable_x64:
+        pytest.skip("64-bit types are on: nothing is narrowed")
+    ids = np.arange(8, dtype=np.int64)
+    out = jaxload.assemble({"id": ids}, plan)  # in range: held as int32, the same values
+    assert out["id"].dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(out["id"]), ids)
+    for wide, value in ((np.int64, 3_000_000_000), (np.int64, -2**31 - 1), (np.uint64, 2**32)):
+        batch = {"x": np.zeros(8, np.float32), "id": (ids + value).astype(wide)}
+        shown = value + (7 if value > 0 else 0)  # the first out of range: the largest or least
+        with pytest.raises(ValueError, match=rf"feature batch\['id'\] holds {shown} "
+                                             r"\((u?int64)\), outside the range .*jax_enable_x64"):
+            jaxload.assemble(batch, plan)
+
+
+@pytest.mark.parametrize("backend", ["tf.data", "grain"])
+def test_a_loader_refuses_ids_that_would_wrap_at_the_batch_that_holds_them(backend):
+    if jax.config.jax_enable_x64:
+        pytest.skip("64-bit types are on: nothing is narrowed")
+    ids = np.arange(64, dtype=np.int64) + np.where(np.arange(64) < 40, 0, 3_000_000_000)
+    layout = jaxload.data_parallel()
+    if backend == "tf.data":
+        tf = pytest.importorskip("tensorflow")
+        loader = jaxload.from_tf_data(tf.data.Dataset.from_tensor_slices({"id": ids}), layout,
+                                      global_batch_size=8, prefetch=0)
+    else:
+        grain = pytest.importorskip("grain")
+        loader = jaxload.from_grain(grain.MapDataset.source(ids).map(lambda i: {"id": i}), layout,
+                                    global_batch_size=8, prefetch=0)
+    batches = iter(loader)
+    for step in range(5):  # rows 0-39: in range, delivered as they are
+        np.testing.assert_array_equal(np.asarray(next(batches)["id"]), ids[8 * step:8 * step + 8])
+    with pytest.raises(ValueError, match=r"feature batch\['id'\] holds 3000000047 \(int64\)"):
+        next(batches)

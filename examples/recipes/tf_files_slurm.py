@@ -46,7 +46,7 @@ def parse(record):
             "label": features["label"]}
 
 
-files = tf.data.Dataset.list_files(FILES, shuffle=True, seed=0)  # the same order on every host
+files = tf.data.Dataset.list_files(FILES, shuffle=True, seed=0)
 ds = (files.interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=tf.data.AUTOTUNE)
       .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
       .shuffle(10_000, seed=1))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import warnings
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any, NamedTuple, TypedDict
@@ -13,13 +12,14 @@ import jax
 import numpy as np
 
 from jaxload._src import signature
-from jaxload._src.assemble import check_local_batch
+from jaxload._src.assemble import check_in_range, check_local_batch, narrowed
 from jaxload._src.group_proof import digest
 from jaxload._src.plan import Plan
 from jaxload._src.protocol import Decision
 from jaxload._src.records import Recorder
 from jaxload._src.remainder import check_paddable, no_step_warning, undelivered_warning
 from jaxload._src.stats import Stats, timed
+from jaxload._src.told import warn_each
 from jaxload._src.trees import HostBatch
 
 
@@ -83,6 +83,7 @@ class ReadAhead:
         self._key: tuple[Any, tuple[tuple[str, tuple[int, ...]], ...]] | None = None
         # the plan, structure, dtypes and shapes of the last batch checked
         self._seen: tuple[Plan, Any, tuple[tuple[np.dtype, tuple[int, ...]], ...]] | None = None
+        self._narrowed: tuple[tuple[int, np.dtype], ...] = ()  # its leaves JAX narrows
         self.next_step = self._first_step = first_step  # the step of the next batch read
         self._watch = watch or (lambda step, first: contextlib.nullcontext())
 
@@ -120,11 +121,11 @@ class ReadAhead:
             return
         step, plan = self.next_step - len(self.ahead) - held, self._plan_at(self.next_step)
         if self.uneven and self.dropping is not None and self.dropping.undelivered:
-            warnings.warn(undelivered_warning(self.dropping.undelivered, step,
-                                              plan.local_batch_size, self.dropping.exact,
-                                              plan.loading_groups), stacklevel=2)
+            warn_each(undelivered_warning(self.dropping.undelivered, step,
+                                          plan.local_batch_size, self.dropping.exact,
+                                          plan.loading_groups))
         elif step == self._first_step == 0:  # a whole pass, and not one step
-            warnings.warn(no_step_warning(plan.local_batch_size), stacklevel=2)
+            warn_each(no_step_warning(plan.local_batch_size))
 
     def take_described(self) -> dict[str, Any] | None:
         """The source's description, once (for the first round's report), then None."""
@@ -163,11 +164,14 @@ class ReadAhead:
         seen = (plan, treedef, tuple((a.dtype, a.shape) for a in leaves)) if all(
             type(a) is np.ndarray for a in leaves) else None
         if seen is not None and seen == self._seen:
+            check_in_range(local, leaves, self._narrowed)
             self.next_step += 1
             return Local(treedef, leaves, position, digest(leaves) if self._digests else None,
                          stream, elements)
         named = check_local_batch(local, plan, partial=self._pad)
         leaves = [a for _, a in named]
+        self._narrowed = narrowed(leaves)
+        check_in_range(local, leaves, self._narrowed)
         key = (treedef, tuple((a.dtype.str, a.shape[1:]) for a in leaves))
         if self._key is None:
             self._key = key

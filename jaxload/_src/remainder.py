@@ -177,8 +177,8 @@ def undelivered_warning(undelivered: dict[str, int], step: int, local_batch_size
       >>> text = undelivered_warning({"0": 2, "2": 2}, 0, 4, exact=False, groups=((0, 2), (1, 3)))
       >>> text[:text.index(". The")]  # doctest: +NORMALIZE_WHITESPACE
       "remainder='drop': the pass ended before its first step, when a process had no full batch,
-      and loading group 0 (processes 0 and 2, the same rows) had at least 2 more batches (8 rows)
-      that were not delivered"
+      and loading group 0 (processes 0 and 2, the same rows) had at least 2 more batches (8 rows:
+      those read ahead; its length is not known) that were not delivered"
     """
     named: dict[str, int] = {}
     for index, group in enumerate(groups or tuple((int(p),) for p in undelivered)):
@@ -188,7 +188,8 @@ def undelivered_warning(undelivered: dict[str, int], step: int, local_batch_size
                    f"(processes {', '.join(map(str, group[:-1]))} and {group[-1]}, the same rows)")
             named[who] = max(held)
     held_text = ", ".join(f"{who} {'had' if exact else 'had at least'} {n} more "
-                          f"batch{'es' * (n != 1)} ({n * local_batch_size} rows)"
+                          f"batch{'es' * (n != 1)} ({n * local_batch_size} rows"
+                          f"{'' if exact else ': those read ahead; its length is not known'})"
                           for who, n in named.items())
     ended = f"after step {step - 1}, when a process had no full batch left" if step else (
         "before its first step, when a process had no full batch")

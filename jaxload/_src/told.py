@@ -1,4 +1,6 @@
-"""Warnings told once per process: the same message is not repeated by every loader built.
+"""Warnings told once per process (the same message is not repeated by every loader built), and
+warnings told each time (:func:`warn_each`: one per pass, where Python's own filter would show
+the first only).
 
 :mod:`jaxload._src.process_state` forgets them between the calls of a warm test cluster, so each
 call is told as a new process would be.
@@ -6,6 +8,8 @@ call is told as a new process would be.
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 
 _TOLD: set[str] = set()
@@ -18,7 +22,9 @@ def warn_once(message: str, category: type[Warning] = UserWarning, *, stacklevel
     ``warnings.warn``'s does.
 
     Example:
-      >>> import warnings
+      >>> import os
+import sys
+import warnings
       >>> with warnings.catch_warnings(record=True) as seen:
       ...     warnings.simplefilter("always")
       ...     for _ in range(3):
@@ -35,3 +41,32 @@ def warn_once(message: str, category: type[Warning] = UserWarning, *, stacklevel
 def forget() -> None:
     """Every message may be told again."""
     _TOLD.clear()
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def warn_each(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn(message, category)`` each time: Python's default filter shows a message
+    once per line of code that warns, so a warning that each pass makes with the same text
+    (its rows left out, each epoch alike) would be shown at the first pass only. The user's
+    filters apply (``ignore``, ``error``, ``once``). It is shown at the program's own line
+    that called into jaxload where this thread has one (the loop), else at jaxload's.
+
+    Example:
+      >>> import warnings
+      >>> with warnings.catch_warnings(record=True) as seen:
+      ...     warnings.simplefilter("default")
+      ...     for _ in range(3):
+      ...         warn_each("the example's warning")
+      >>> len(seen)
+      3
+    """
+    frame = caller = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+    if frame is None or frame.f_globals.get("__name__") == "threading":  # a thread of jaxload's
+        frame = caller
+    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"), registry={},
+                           module_globals=frame.f_globals)
