@@ -22,9 +22,7 @@ def warn_once(message: str, category: type[Warning] = UserWarning, *, stacklevel
     ``warnings.warn``'s does.
 
     Example:
-      >>> import os
-import sys
-import warnings
+      >>> import warnings
       >>> with warnings.catch_warnings(record=True) as seen:
       ...     warnings.simplefilter("always")
       ...     for _ in range(3):
@@ -54,13 +52,15 @@ def warn_each(message: str, category: type[Warning] = UserWarning) -> None:
     that called into jaxload where this thread has one (the loop), else at jaxload's.
 
     Example:
+      Each of a loop's passes is told, under Python's default filter too:
+
       >>> import warnings
-      >>> with warnings.catch_warnings(record=True) as seen:
+      >>> with warnings.catch_warnings(record=True) as told:
       ...     warnings.simplefilter("default")
-      ...     for _ in range(3):
-      ...         warn_each("the example's warning")
-      >>> len(seen)
-      3
+      ...     for epoch in range(2):
+      ...         warn_each("the same rows were left out")
+      >>> [str(w.message) for w in told]
+      ['the same rows were left out', 'the same rows were left out']
     """
     frame = caller = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
