@@ -46,10 +46,11 @@ def _median_ms(fn) -> float:
 def _names_ms(ds, plan) -> tuple[float, float, float]:
     """(counted and hashed, counted alone, the files-read check) ms: each round rebuilds the
     names' datasets. The files-read check reads the names the group's file reads are given and
-    those of the unsharded pipeline's (tf_names.names_read), compared in the first round."""
+    those of the unsharded pipeline's (multisets.names_read), compared in the first round."""
     import tensorflow as tf
 
     from jaxload._src import compat
+    from jaxload._src.pipelines.tf import multisets
     from jaxload._src.pipelines.tf import names as tf_names
 
     graph = compat.tf_shard_graph(compat.tf_graph(ds), plan.shard_count, plan.shard_index,
@@ -63,7 +64,7 @@ def _names_ms(ds, plan) -> tuple[float, float, float]:
 
     whole = compat.tf_graph(ds)
     return (_median_ms(lambda: tf_names.file_names(graph)), _median_ms(counted),
-            _median_ms(lambda: (tf_names.names_read(graph), tf_names.names_read(whole))))
+            _median_ms(lambda: (multisets.names_read(graph), multisets.names_read(whole))))
 
 
 def _pass_ms(ds, plan) -> float:

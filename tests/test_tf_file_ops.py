@@ -104,7 +104,7 @@ def test_ops_on_the_file_names_stay_as_written(files):
 def added_up(make) -> tuple[str, str]:
     """The names the unsharded pipeline's reads are given, and the four groups' summed."""
     from jaxload._src import compat
-    from jaxload._src.pipelines.tf.names import names_read
+    from jaxload._src.pipelines.tf.multisets import names_read
     from jaxload._src.pipelines.tf.split import files_of_group
 
     shares = [names_read(compat.tf_graph(files_of_group(make(), 4, k))) for k in range(4)]

@@ -99,6 +99,7 @@ def test_the_names_read_once_are_those_read_one_by_one(tmp_path):
     import tensorflow as tf
 
     from jaxload._src import compat
+    from jaxload._src.pipelines.tf import multisets
     from jaxload._src.pipelines.tf import names as tf_names
 
     for f in range(9):
@@ -125,10 +126,10 @@ def test_the_names_read_once_are_those_read_one_by_one(tmp_path):
         graph = compat.tf_graph(ds)
         for k in range(3):
             rewritten = compat.tf_shard_graph(graph, 3, k, policy)
-            once = tf_names.names_at_once(rewritten, graph, 3, k)
+            once = multisets.names_at_once(rewritten, graph, 3, k)
             assert (once is not None) == at_once, name
             if once is not None:
                 apart = dataclasses.replace(tf_names.file_names(rewritten),
-                                            read=tf_names.names_read(rewritten),
-                                            meant=tf_names.names_read(graph))
+                                            read=multisets.names_read(rewritten),
+                                            meant=multisets.names_read(graph))
                 assert once == apart, (name, k, once, apart)

@@ -57,7 +57,7 @@ class Described:
         in two loading groups, both draw the same random sequence.
       files: split by files, ``[meant, read]``: the names the pipeline's reads are given
         unsharded and those this group's reads are given, each ``"<count>:<sum of hashes>"``
-        (:func:`~jaxload._src.pipelines.tf.names.names_read`). The groups' ``read`` must add
+        (:func:`~jaxload._src.pipelines.tf.multisets.names_read`). The groups' ``read`` must add
         up to ``meant``: every file the pipeline reads, read by one group, once.
 
     Example:

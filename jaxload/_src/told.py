@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 import warnings
 
 _TOLD: set[str] = set()
@@ -62,11 +63,12 @@ def warn_each(message: str, category: type[Warning] = UserWarning) -> None:
       >>> [str(w.message) for w in told]
       ['the same rows were left out', 'the same rows were left out']
     """
-    frame = caller = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame = frame.f_back
-    if frame is None or frame.f_globals.get("__name__") == "threading":  # a thread of jaxload's
-        frame = caller
+    caller = sys._getframe(1)
+    outside: types.FrameType | None = caller
+    while outside is not None and outside.f_code.co_filename.startswith(_PACKAGE):
+        outside = outside.f_back
+    frame = caller if outside is None or outside.f_globals.get("__name__") == "threading" else (
+        outside)  # (a thread of jaxload's: its own line)
     warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
                            module=frame.f_globals.get("__name__"), registry={},
                            module_globals=frame.f_globals)

@@ -27,12 +27,11 @@ from typing import Any
 from jaxload._src import compat
 from jaxload._src.pipelines.tf.file_ops import blocking, separate_caches
 from jaxload._src.pipelines.tf.graph import READERS, UNSPLITTABLE, DatasetGraph
+from jaxload._src.pipelines.tf.multisets import names_at_once, names_read
 from jaxload._src.pipelines.tf.names import (
     FileNames,
     file_names,
     inserted_shards,
-    names_at_once,
-    names_read,
     retval,
 )
 from jaxload._src.plan import Plan
