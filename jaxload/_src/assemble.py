@@ -79,36 +79,41 @@ def check_local_batch(
     return named
 
 
-def narrowed(leaves: list[np.ndarray]) -> tuple[tuple[int, np.dtype], ...]:
-    """``(index, the dtype JAX holds it in)`` of each integer leaf that JAX narrows: ``int64``
-    and ``uint64`` become 32 bits while ``jax_enable_x64`` is off, and a value out of that
-    range would wrap around with no error (3,000,000,000 arrives as -1,294,967,296)."""
+Narrowed: TypeAlias = tuple[tuple[int, np.dtype, int, int], ...]
+
+
+def narrowed(leaves: list[np.ndarray]) -> Narrowed:
+    """``(index, the dtype JAX holds it in, its least and largest value)`` of each integer
+    leaf that JAX narrows: ``int64`` and ``uint64`` become 32 bits while ``jax_enable_x64`` is
+    off, and a value out of that range would wrap around with no error (3,000,000,000 arrives
+    as -1,294,967,296)."""
     found = []
     for index, leaf in enumerate(leaves):
         if leaf.dtype.kind in "iu":
             held = np.dtype(jax.dtypes.canonicalize_dtype(leaf.dtype))
             if held.itemsize < leaf.dtype.itemsize:
-                found.append((index, held))
+                limits = np.iinfo(held)
+                found.append((index, held, int(limits.min), int(limits.max)))
     return tuple(found)
 
 
-def check_in_range(local_batch: HostBatch, leaves: list[np.ndarray],
-                   narrowing: tuple[tuple[int, np.dtype], ...]) -> None:
+def check_in_range(local_batch: HostBatch, leaves: list[np.ndarray], narrowing: Narrowed
+                   ) -> None:
     """A ValueError naming the feature where a leaf of :func:`narrowed` holds a value that its
     narrower dtype cannot (two reductions per such leaf and batch: about 2 us for 128 labels,
     50 us for 128 x 2,048 token ids)."""
-    for index, held in narrowing:
+    for index, held, least, largest in narrowing:
         leaf = leaves[index]
         if not leaf.size:
             continue
-        low, high, limits = leaf.min(), leaf.max(), np.iinfo(held)
-        if low >= limits.min and high <= limits.max:
+        low, high = leaf.min(), leaf.max()
+        if low >= least and high <= largest:
             continue
-        value = low if low < limits.min else high
+        value = low if low < least else high
         path = jax.tree_util.tree_flatten_with_path(local_batch)[0][index][0]
         raise ValueError(
             f"feature {leaf_name(path)} holds {value} ({leaf.dtype}), outside the range of "
-            f"{held} [{limits.min}, {limits.max}]: with jax_enable_x64 off JAX holds "
+            f"{held} [{least}, {largest}]: with jax_enable_x64 off JAX holds "
             f"{leaf.dtype} as {held}, so it would arrive as {np.array(value).astype(held)} with "
             "no error. Enable 64-bit types (jax.config.update('jax_enable_x64', True), before "
             "any array is made) or map the values into that range in the pipeline")

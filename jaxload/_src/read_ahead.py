@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from jaxload._src import signature
-from jaxload._src.assemble import check_in_range, check_local_batch, narrowed
+from jaxload._src.assemble import Narrowed, check_in_range, check_local_batch, narrowed
 from jaxload._src.group_proof import digest
 from jaxload._src.plan import Plan
 from jaxload._src.protocol import Decision
@@ -83,7 +83,7 @@ class ReadAhead:
         self._key: tuple[Any, tuple[tuple[str, tuple[int, ...]], ...]] | None = None
         # the plan, structure, dtypes and shapes of the last batch checked
         self._seen: tuple[Plan, Any, tuple[tuple[np.dtype, tuple[int, ...]], ...]] | None = None
-        self._narrowed: tuple[tuple[int, np.dtype], ...] = ()  # its leaves JAX narrows
+        self._narrowed: Narrowed = ()  # its leaves that JAX narrows
         self.next_step = self._first_step = first_step  # the step of the next batch read
         self._watch = watch or (lambda step, first: contextlib.nullcontext())
 
