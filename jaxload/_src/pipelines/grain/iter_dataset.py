@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -28,7 +27,7 @@ from jaxload._src.pipelines.grain import described
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP, PAD
 from jaxload._src.state import Elastic
-from jaxload._src.told import warn_once
+from jaxload._src.told import warn_each, warn_once
 from jaxload._src.trees import HostBatch
 
 NOT_ELASTIC = ("a grain.IterDataset cannot start at a given element without reading every "
@@ -98,7 +97,7 @@ def dropped_counted(ds: Any, rows: int, group: int) -> Callable[[Any], Batches]:
             counts["delivered"] -= unused * rows
             left = counts["left"] + unused * rows + sum(_rows(b) for b, _ in source)
             if left:
-                warnings.warn(_dropped(group, left, counts["delivered"], rows), stacklevel=2)
+                warn_each(_dropped(group, left, counts["delivered"], rows))  # each pass
 
         return Batches(full(), ended=ended)
 
