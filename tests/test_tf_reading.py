@@ -133,3 +133,29 @@ def test_the_names_read_once_are_those_read_one_by_one(tmp_path):
                                             read=multisets.names_read(rewritten),
                                             meant=multisets.names_read(graph))
                 assert once == apart, (name, k, once, apart)
+
+
+def test_names_past_the_limit_are_read_apart(tmp_path, monkeypatch):
+    """The limit counts names, as the separate readings do: elements of two names each, more
+    names than the limit but fewer elements, are not read at once (whose multisets would be
+    known where the separate readings give none)."""
+    import tensorflow as tf
+
+    from jaxload._src import compat
+    from jaxload._src.pipelines.tf import multisets
+    from jaxload._src.pipelines.tf import names as tf_names
+
+    for module in (multisets, tf_names):
+        monkeypatch.setattr(module, "LIMIT", 200)
+    files = [str(tmp_path / f"{i}.tfrecord") for i in range(300)]
+    pairs = tf.data.Dataset.from_tensor_slices(files).batch(2).interleave(tf.data.TFRecordDataset)
+    graph = compat.tf_graph(pairs)
+    rewritten = compat.tf_shard_graph(graph, 2, 0, tf.data.experimental.AutoShardPolicy.FILE)
+    assert multisets.names_read(graph) is None  # 300 names: past the limit
+    assert multisets.names_at_once(rewritten, graph, 2, 0) is None
+    under = tf.data.Dataset.from_tensor_slices(files[:180]).batch(2).interleave(
+        tf.data.TFRecordDataset)  # 180 names: within it
+    graph = compat.tf_graph(under)
+    rewritten = compat.tf_shard_graph(graph, 2, 0, tf.data.experimental.AutoShardPolicy.FILE)
+    once = multisets.names_at_once(rewritten, graph, 2, 0)
+    assert once is not None and once.meant == multisets.names_read(graph)

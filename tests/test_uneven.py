@@ -265,3 +265,31 @@ def test_a_whole_pass_without_a_step_is_told(clusters):
     for steps, warned in clusters.run(no_step, num_processes=2, local_devices=2, timeout_s=240):
         assert steps == [0, 0]
         assert len(warned) == 1 and "a loading group had fewer than 32 rows" in warned[0], warned
+
+
+@pytest.mark.cluster
+def test_a_warning_of_each_pass_keeps_the_users_filters(tmp_path):
+    """warn_each, as a script's loop meets it: shown each pass under Python's default filter,
+    once under "once", raised as itself under "error" (a script's __main__ has no
+    __spec__.loader: nothing else may be warned first)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "loop.py"
+    script.write_text(
+        "import sys, warnings\n"
+        "from jaxload._src.told import warn_each\n"
+        "warnings.simplefilter(sys.argv[1])\n"
+        "try:\n"
+        "    for _ in range(3):\n"
+        "        warn_each('rows left out')\n"
+        "except Warning as e:\n"
+        "    print('raised', type(e).__name__, e)\n")
+    for action, shown in (("default", 3), ("once", 1), ("error", 0)):
+        done = subprocess.run([sys.executable, str(script), action], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.count("UserWarning: rows left out") == shown, (action, done.stderr)
+        assert f"{script}:6" in done.stderr or not shown, done.stderr  # at the loop's line
+        assert ("raised UserWarning rows left out" in done.stdout) == (action == "error"), (
+            action, done.stdout)

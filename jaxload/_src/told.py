@@ -49,8 +49,9 @@ def warn_each(message: str, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn(message, category)`` each time: Python's default filter shows a message
     once per line of code that warns, so a warning that each pass makes with the same text
     (its rows left out, each epoch alike) would be shown at the first pass only. The user's
-    filters apply (``ignore``, ``error``, ``once``). It is shown at the program's own line
-    that called into jaxload where this thread has one (the loop), else at jaxload's.
+    filters apply (``ignore``, ``error``, ``once``: once by its text). It is shown at the
+    program's own line that called into jaxload where this thread has one (the loop), else at
+    jaxload's.
 
     Example:
       Each of a loop's passes is told, under Python's default filter too:
@@ -69,6 +70,7 @@ def warn_each(message: str, category: type[Warning] = UserWarning) -> None:
         outside = outside.f_back
     frame = caller if outside is None or outside.f_globals.get("__name__") == "threading" else (
         outside)  # (a thread of jaxload's: its own line)
+    # no registry: the filter "default" then shows it each time, "once" once (by its text);
+    # no module_globals: a script's __main__ has no __spec__.loader, which Python warns of
     warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
-                           module=frame.f_globals.get("__name__"), registry={},
-                           module_globals=frame.f_globals)
+                           module=frame.f_globals.get("__name__"))

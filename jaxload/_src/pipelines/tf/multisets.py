@@ -156,7 +156,7 @@ def _read_once(names: Any, groups: int, group: int) -> FileNames | None:
             meant += parts[0].size if alone else rows
             count += rows
     digest.update(b"|")
-    if count > LIMIT:  # as the names read one by one: counted to the limit, multisets unknown
+    if count > LIMIT or meant > LIMIT:  # the three readings stop there: read them apart
         return None
     return FileNames(count, digest.hexdigest(), first, read=f"{sums[2]}:{sums[1] % 2**64:016x}",
                      meant=f"{meant}:{sums[0] % 2**64:016x}")
