@@ -88,9 +88,9 @@ def names_at_once(rewritten: Any, whole: Any, groups: int, group: int) -> FileNa
         return None
     shard, reader = nodes[shards[0]], reading[0]
     start = shard.input[0].split(":")[0]
-    if (reader not in original or original[reader].op != nodes[reader].op
-            or nodes[start].op == "RepeatDataset" or _reorders(nodes, reader, shard.name)
-            != _reorders(original, reader, start) or _reorders(nodes, reader, shard.name) is None):
+    between = _reorders(nodes, reader, shard.name)
+    if (between is None or reader not in original or original[reader].op != nodes[reader].op
+            or nodes[start].op == "RepeatDataset" or between != _reorders(original, reader, start)):
         return None
     names = _names(rewritten, start, shard)
     if names.cardinality() == tf.data.INFINITE_CARDINALITY:
@@ -121,20 +121,19 @@ def _read_once(names: Any, groups: int, group: int) -> FileNames | None:
     import tensorflow as tf
 
     digest = hashlib.blake2b(digest_size=8)
-    count, first, sums = 0, "", [0, 0, 0]  # meant, read: sum of XXH3; read: count
+    count, first = 0, ""
+    sums = [0, 0, 0, 0]  # meant: names, sum of XXH3; read: names, sum of XXH3
     alone = len(tf.nest.flatten(names.element_spec)) == 1
     fixed = all(spec.shape.is_fully_defined() for spec in tf.nest.flatten(names.element_spec))
 
     def add(parts: list[np.ndarray], start: int) -> None:  # elements start, start + 1, ...
         for i in range(len(parts[0])):
-            items = _text(parts[0][i].reshape(-1)) if alone else [
-                b"\0".join(v for p in parts for v in _text(p[i]))]
+            items = _items(parts, i, alone)
             hashed = sum(map(xxhash.xxh3_64_intdigest, items))
-            sums[0] += hashed
+            sums[0], sums[1] = sums[0] + len(items), sums[1] + hashed
             if (start + i) % groups == group:
-                sums[1], sums[2] = sums[1] + hashed, sums[2] + len(items)
+                sums[2], sums[3] = sums[2] + len(items), sums[3] + hashed
 
-    meant = 0
     for value in names:  # as _hash_names reads them: one by one, then in batches
         flat = _flat(value)
         if count < _ONE_BY_ONE:
@@ -142,7 +141,6 @@ def _read_once(names: Any, groups: int, group: int) -> FileNames | None:
                                    if type(v) is bytes), "")
         digest.update(b"\0".join(flat) + b"\0")
         add([np.asarray(p).reshape(1, -1) for p in tf.nest.flatten(value)], count)
-        meant += len(_text(np.asarray(tf.nest.flatten(value)[0]).reshape(-1))) if alone else 1
         count += 1
         if count == _ONE_BY_ONE and fixed or count > LIMIT:
             break
@@ -151,15 +149,22 @@ def _read_once(names: Any, groups: int, group: int) -> FileNames | None:
             rows = len(tf.nest.flatten(batch)[0])
             if count + rows <= LIMIT:
                 digest.update(b"\0".join(_flat(batch)) + b"\0")
-            parts = [np.asarray(p).reshape(rows, -1) for p in tf.nest.flatten(batch)]
-            add(parts, count)
-            meant += parts[0].size if alone else rows
+            add([np.asarray(p).reshape(rows, -1) for p in tf.nest.flatten(batch)], count)
             count += rows
     digest.update(b"|")
-    if count > LIMIT or meant > LIMIT:  # the three readings stop there: read them apart
+    if count > LIMIT or sums[0] > LIMIT:  # the three readings stop there: read them apart
         return None
-    return FileNames(count, digest.hexdigest(), first, read=f"{sums[2]}:{sums[1] % 2**64:016x}",
-                     meant=f"{meant}:{sums[0] % 2**64:016x}")
+    return FileNames(count, digest.hexdigest(), first, read=f"{sums[2]}:{sums[3] % 2**64:016x}",
+                     meant=f"{sums[0]}:{sums[1] % 2**64:016x}")
+
+
+def _items(parts: list[np.ndarray], i: int, alone: bool) -> list[bytes]:
+    """What a multiset counts of element ``i`` (``parts``: each leaf, one row per element):
+    each name where the elements are names (how an interleave groups them does not matter),
+    else the element's values together (a name and its label go together)."""
+    if alone:
+        return _text(parts[0][i].reshape(-1))
+    return [b"\0".join(v for p in parts for v in _text(p[i]))]
 
 
 def _multiset(names: Any) -> tuple[int, int] | None:
@@ -175,10 +180,7 @@ def _multiset(names: Any) -> tuple[int, int] | None:
 
     def add(parts: list[np.ndarray]) -> None:  # each leaf of a batch of elements, one row each
         nonlocal count, total
-        if alone:  # every name on its own
-            items = _text(parts[0].reshape(-1))
-        else:  # an element's values together
-            items = [b"\0".join(v for p in parts for v in _text(p[i])) for i in range(len(parts[0]))]
+        items = [item for i in range(len(parts[0])) for item in _items(parts, i, alone)]
         total += sum(map(xxhash.xxh3_64_intdigest, items))
         count += len(items)
 
