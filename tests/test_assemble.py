@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -85,6 +87,26 @@ def test_integers_that_jax_would_narrow_out_of_range_are_refused_naming_the_feat
         with pytest.raises(ValueError, match=rf"feature batch\['id'\] holds {shown} "
                                              r"\((u?int64)\), outside the range .*jax_enable_x64"):
             jaxload.assemble(batch, plan)
+
+
+def test_float64_values_past_float32_are_refused_and_nan_and_inf_pass(plan):
+    if jax.config.jax_enable_x64:
+        pytest.skip("64-bit types are on: nothing is narrowed")
+    x = np.linspace(-1.0, 1.0, 8)  # float64, in range: held as float32
+    special = x.copy()
+    special[[1, 3, 5]] = [np.nan, np.inf, -np.inf]  # they stay what they are: no error
+    for ok in (x, special, np.full(8, np.nan), np.full(8, 3.0e38)):
+        out = jaxload.assemble({"x": ok}, plan)["x"]
+        assert out.dtype == np.float32
+        np.testing.assert_array_equal(np.asarray(out), ok.astype(np.float32))
+    for value in (1e39, -7e40):
+        wide = special.copy()
+        wide[6] = value  # beside a NaN and infinities: the finite value is what is named
+        with pytest.raises(ValueError, match=re.escape(f"feature batch['x'] holds {value:g}")
+                           + r" \(float64\), outside the range of float32 \[-3\.4028235e\+38, "
+                           r"3\.4028235e\+38\]: .* would arrive as "
+                           rf"{'-' if value < 0 else ''}inf with no error.*scale the values"):
+            jaxload.assemble({"x": wide}, plan)
 
 
 @pytest.mark.parametrize("backend", ["tf.data", "grain"])
