@@ -14,9 +14,9 @@ from jaxload._src.input_context import InputContext
 from jaxload._src.layout import Layout
 from jaxload._src.loader import Loader
 from jaxload._src.pipelines.base import Pipeline
-from jaxload._src.pipelines.tf.dataset import FUNCTION, TfDataset
+from jaxload._src.pipelines.tf.dataset import TfDataset
 from jaxload._src.pipelines.tf.service import TfDataService
-from jaxload._src.pipelines.tf.split import OPTIONS
+from jaxload._src.pipelines.tf.split import FUNCTION, OPTIONS
 from jaxload._src.remainder import DROP, check_padded_options
 from jaxload._src.schedule import from_option
 

@@ -14,6 +14,7 @@ from jaxload._src import compat
 from jaxload._src.pipelines.base import Batches, LocalSpec, weakly
 from jaxload._src.pipelines.tf import reseed
 from jaxload._src.pipelines.tf.graph import PARALLEL_INTERLEAVES, DatasetGraph
+from jaxload._src.pipelines.tf.in_memory import InMemory, Steps
 from jaxload._src.pipelines.tf.iterator import (
     batches_of,
     checked_batches,
@@ -30,8 +31,11 @@ from jaxload._src.pipelines.tf.replay import Replay, after_pass, position_of
 from jaxload._src.pipelines.tf.rewrite import sequential_graph
 from jaxload._src.pipelines.tf.spec import batch_spec, check_element_spec
 from jaxload._src.pipelines.tf.split import (
+    BY_FILES,
+    BY_FUNCTION,
     ELEMENTS,
     FILES,
+    FUNCTION,
     NONE,
     Sharding,
     real_rows,
@@ -96,7 +100,7 @@ class TfDataset:
                                        self._save, self._symbolic)
         self.batches = self.from_row(0)
         length = int(ds.cardinality()) * (global_batch_size // plan.shard_count if batched else 1)
-        why_not = _BY_FILES if self.sharding.mode not in (ELEMENTS, NONE) else _BY_FUNCTION if (
+        why_not = BY_FILES if self.sharding.mode not in (ELEMENTS, NONE) else BY_FUNCTION if (
             shard == FUNCTION) else why_not_sliceable(shard is not False, batched, "the whole dataset")
         self.elastic = Elastic(from_row=None if why_not else weakly(self.from_row), why_not=why_not,
                                length=length if length >= 0 else None, rows_per_step=global_batch_size,
@@ -208,6 +212,10 @@ class TfDataset:
         built: list[Any] = [None, None, None]  # the last pass's: twin, skip, pipeline
         below = (elements and plan.global_batch_size == self._global  # split under the maps,
                  and replay.grouped == 1)  # not under the user's batch
+        memory = InMemory.of(self._ds) if plan.global_batch_size == self._global and not (
+            self._batched) else None  # read by index (in_memory.py)
+        steps = Steps(per_batch, *((plan.shard_count, plan.shard_index) if elements else (1, 0)),
+                      plan.local_batch_size, self._remainder == DROP)
 
         def pipeline(own: TfDataset, ds: Any, split: bool) -> Any:
             group = own._split(ds) if split else ds
@@ -216,15 +224,19 @@ class TfDataset:
         def read(own: TfDataset, number: int | None, consumed: int, seeds: Any
                  ) -> Iterator[tuple[HostBatch, Any]]:  # seeds: tuple[int, int] | None
             skip = start + consumed * per_batch  # (own: held while the pass reads, which a
-            number, shuffled = replay.positioned(number, seeds, skip)  # set_state may start)
-            if built[0] is not shuffled or built[1] != skip:  # passes from one point share
-                built[:] = [shuffled, skip, pipeline(own, replay.dataset(  # one pipeline: each
-                    shuffled, skip, split=own._split if below else None),  # iterator of it
-                    elements and not below)]  # is another pass
-            drawn = [*replay.passes.seeds]
-            yield from counted(built[2], (
-                {"pass": number, "batches": n, "seeds": drawn}
-                for n in itertools.count(consumed + 1)))
+            if memory is not None:  # set_state may start)
+                number, order = replay.passes.order(number, seeds, memory.rows)
+                read_on = memory.batches(order, skip, steps)
+            else:
+                number, shuffled = replay.positioned(number, seeds, skip)
+                if built[0] is not shuffled or built[1] != skip:  # passes from one point
+                    built[:] = [shuffled, skip, pipeline(own, replay.dataset(  # share one
+                        shuffled, skip, split=own._split if below else None),  # pipeline:
+                        elements and not below)]  # each iterator of it is another pass
+            positions = ({"pass": number, "batches": n, "seeds": drawn} for drawn in [
+                [*replay.passes.seeds]] for n in itertools.count(consumed + 1))
+            yield from (zip(read_on, positions, strict=False) if memory is not None
+                        else counted(built[2], positions))
 
         def batches(position: Any) -> Batches:
             own, (number, consumed, seeds) = mine(), position_of(position)
@@ -276,17 +288,6 @@ class TfDataset:
             return group.skip(skip) if skip else group
         group = group.skip(skip * plan.local_batch_size) if skip else group
         return group.batch(plan.local_batch_size, drop_remainder=drop)
-
-
-FUNCTION = "function"  # shard= for a dataset_fn's pipeline: the group's share already
-_BY_FUNCTION = ("with dataset_fn each loading group's share is what your function builds, and "
-                "jaxload cannot tell which elements another split would give each new group; "
-                "resume on the same topology, or restart the pass (no set_state)")
-_BY_FILES = ("sharded by files, each loading group reads its own files and its position is its own: "
-    "the state continues only on the topology and loading group it was taken in (each process "
-    "from the state its own process took, as jaxload.checkpoint saves them). Resume on the same "
-    "topology, restart the pass (no set_state), or build the loader with shard='elements', "
-    "which can continue at any global row")
 
 
 def _length(ds: Any) -> int | None:

@@ -26,6 +26,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from jaxload._src import compat
 from jaxload._src.pipelines.tf.split import files_of_group, under
 
@@ -76,6 +78,7 @@ class Passes:
         self._built_inputs: dict[bool, Any] = {}  # peeled? -> the input the twin shuffles
         self._lock = threading.Lock()
         self._twins: dict[bool, tuple[Any, int]] = {}  # peeled? -> twin, iterators made of it
+        self._orders: tuple[Any, int] | None = None  # (in_memory.py) orders, the next's pass
         self._started = 0
 
     def check(self, seeds: tuple[int, int] | None) -> None:
@@ -96,13 +99,7 @@ class Passes:
         :attr:`below` (the caller applies them over it). Raises a ValueError where ``seeds``
         are not the shuffle's own."""
         with self._lock:
-            self.check(seeds)
-            if seeds is not None and seeds != self.seeds:  # drawn by the process that saved
-                self.seeds = seeds
-                self._twins.clear()
-            if number is None:
-                number = self._started
-            self._started = number + per_pass
+            number = self._numbered(number, seeds, per_pass)
             if not self.shuffles:
                 return number, self.input(False)
             twin, made = self._twins.get(peel, (None, -1))
@@ -117,6 +114,42 @@ class Passes:
                         iter(shuffled)  # draws a pass's seeds; reads nothing
             self._twins[peel] = twin, number + per_pass
             return number, twin
+
+    def order(self, number: int | None, seeds: tuple[int, int] | None, rows: int
+              ) -> tuple[int, np.ndarray | None]:
+        """As :meth:`start`, for a shuffle of ``from_tensor_slices`` read by index
+        (:mod:`~jaxload._src.pipelines.tf.in_memory`): the order of its ``rows`` rows in the
+        pass, the shuffle's over ``range(rows)`` with the same seeds (None: unshuffled). Passes
+        in sequence read one iterator of the repetitions of that shuffle, which computes each
+        pass's order while the one before runs: no tf.data iterator is built per pass."""
+        import tensorflow as tf
+
+        with self._lock:
+            number = self._numbered(number, seeds, 1)
+            if not self.shuffles or not rows:
+                return number, None if not self.shuffles else np.zeros(0, np.int64)
+            if self._orders is None or self._orders[1] != number:
+                twin = compat.tf_shuffled(tf.data.Dataset.range(rows), self._size, self.seeds,
+                                          self.reshuffles)
+                for _ in range(number if self.reshuffles else 0):
+                    iter(twin)  # draws a pass's seeds; reads nothing
+                self._orders = iter(twin.batch(rows).repeat().prefetch(1)), number
+            order = np.asarray(next(self._orders[0]))
+            self._orders = self._orders[0], number + 1
+            return number, order
+
+    def _numbered(self, number: int | None, seeds: tuple[int, int] | None, per_pass: int) -> int:
+        """The pass starting at iterator ``number`` (None: the next one) with ``seeds`` (None:
+        its own), counted as started; a ValueError where ``seeds`` are not the shuffle's."""
+        self.check(seeds)
+        if seeds is not None and seeds != self.seeds:  # drawn by the process that saved
+            self.seeds = seeds
+            self._twins.clear()
+            self._orders = None
+        if number is None:
+            number = self._started
+        self._started = number + per_pass
+        return number
 
     def input(self, peel: bool) -> Any:
         """The input the twin shuffles: the shuffle's (this group's files' share where split

@@ -273,3 +273,14 @@ def real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
     share = ds.batch(global_batch_size).map(
         lambda b: tf.nest.map_structure(lambda x: x[start : start + rows], b))
     return share.filter(lambda b: tf.shape(tf.nest.flatten(b)[0])[0] > 0)
+
+
+FUNCTION = "function"  # shard= for a dataset_fn's pipeline: the group's share already
+BY_FUNCTION = ("with dataset_fn each loading group's share is what your function builds, and "
+                "jaxload cannot tell which elements another split would give each new group; "
+                "resume on the same topology, or restart the pass (no set_state)")
+BY_FILES = ("sharded by files, each loading group reads its own files and its position is its own: "
+    "the state continues only on the topology and loading group it was taken in (each process "
+    "from the state its own process took, as jaxload.checkpoint saves them). Resume on the same "
+    "topology, restart the pass (no set_state), or build the loader with shard='elements', "
+    "which can continue at any global row")
