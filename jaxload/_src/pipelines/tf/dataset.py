@@ -195,9 +195,8 @@ class TfDataset:
         return None
 
     def _replayed(self, start: int, replay: Replay) -> Callable[[Any], Batches]:
-        """As :meth:`from_row`, for a pipeline positioned by replay: ``{"pass", "batches",
-        "seeds"}``. A pass builds its pipeline over the shuffle's rebuilt twin, skipping the
-        elements the batches before its position took, and saves nothing as it goes."""
+        """As :meth:`from_row`, for a pipeline positioned by replay (``{"pass", "batches",
+        "seeds"}``): over the shuffle's rebuilt twin, or by index; nothing saved as it goes."""
         import tensorflow as tf
 
         plan, elements = self._plan, self.sharding.mode == ELEMENTS
@@ -212,8 +211,9 @@ class TfDataset:
         built: list[Any] = [None, None, None]  # the last pass's: twin, skip, pipeline
         below = (elements and plan.global_batch_size == self._global  # split under the maps,
                  and replay.grouped == 1)  # not under the user's batch
-        memory = InMemory.of(self._ds) if plan.global_batch_size == self._global and not (
-            self._batched) else None  # read by index (in_memory.py)
+        if (memory := InMemory.of(self._ds) if plan.global_batch_size == self._global and not (
+                self._batched) else None):  # read by index (in_memory.py): its order begun
+            replay.passes.order_ahead(memory.rows)
         steps = Steps(per_batch, *((plan.shard_count, plan.shard_index) if elements else (1, 0)),
                       plan.local_batch_size, self._remainder == DROP)
 
