@@ -37,12 +37,13 @@ def _ids(batch):
     return (batch["id"] if isinstance(batch, dict) else batch[1]).tolist()
 
 
-def _meant(ds, passes: int, groups: int, group: int, local: int, drop: bool):
+def _meant(ds, passes: int, groups: int, group: int, local: int, drop: bool, start: int = 0):
     """Per pass, this group's batches of ids as the user's pipeline gives them: its n-th
-    iteration, rows ``group::groups`` of each global batch."""
+    iteration from row ``start``, rows ``group::groups`` of each global batch."""
     out = []
     for _ in range(passes):
         ids = [int(e["id"] if isinstance(e, dict) else e[1]) for e in ds.as_numpy_iterator()]
+        ids = ids[start:]
         mine = []
         for first in range(0, len(ids), groups * local):
             rows = ids[first:first + groups * local][group::groups]
@@ -90,6 +91,19 @@ def test_a_position_resumes_the_same_pass_and_the_next_pass_follows():
     following = [_ids(b) for b, _ in again.batches(None)]  # the second pass, reshuffled
     meant = _meant(SHAPES["shuffled"](data), 2, 4, 2, plan.local_batch_size, False)
     assert following == meant[1] and following != meant[0]
+
+
+@pytest.mark.parametrize("processes,index", [(1, 0), (4, 1)])
+def test_a_pass_from_a_global_row_has_the_rows_after_it(processes, index):
+    """What an elastic resume on another topology starts from: global row 77 of pass 0."""
+    data = _arrays()
+    plan = jaxload.data_parallel(devices=jaxload.simulated_devices(processes, 8 // processes)).plan(
+        global_batch_size=GLOBAL, process_index=index)
+    pipeline = TfDataset(SHAPES["shuffled"](data), plan, global_batch_size=GLOBAL, shard="auto",
+                         batched=False, remainder="pad")
+    got = [_ids(b) for b, _ in pipeline.from_row(77)(None)]
+    meant = _meant(SHAPES["shuffled"](data), 1, processes, index, plan.local_batch_size, False, 77)
+    assert got == meant[0]
 
 
 @pytest.mark.parametrize("shape", [
