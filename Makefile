@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml constraints.txt
 # the warm clusters (tests/conftest.py groups them), the other the tests with processes of their
 # own, which mostly wait
 test: install
-	$(PY) -m pytest -n 2 --dist loadgroup tests
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=15 tests
 	$(PY) -m pytest -q --doctest-modules jaxload
 
 # the tests that start no processes (unit tests, simulated topologies and stores): under a minute

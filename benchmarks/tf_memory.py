@@ -16,6 +16,8 @@ The recipe is the fastest a tf.data user writes for K processes: ``from_tensor_s
 ``.batch(local, drop_remainder=True).prefetch(AUTOTUNE)`` and
 ``jax.make_array_from_process_local_data`` per feature.
 
+jaxload runs with ``prefetch=2`` (the default) and with ``prefetch=0``.
+
 Timed, slowest process, median of interleaved rounds (min-max): *kept*, one loader (or recipe
 pipeline) built once and iterated over 3 epochs, from building it to the last batch of the third
 epoch; *per epoch*, a loader built for each of the 3 epochs (the build inside each). Every row
@@ -45,6 +47,7 @@ N, SIDE, GLOBAL_BATCH, EPOCHS, BUFFER = 4096, 32, 128, 3, 4096
 STEPS = N // GLOBAL_BATCH
 PIPELINES = ("from_tensor_slices", "+ map", "+ shuffle", "+ shuffle + map")
 POSITIONS = (0.1, 0.9)
+METHODS = ("recipe", "jaxload", "jaxload p0")  # jaxload: prefetch=2 (the default), p0: 0
 
 
 def arrays():
@@ -103,7 +106,8 @@ def _epochs(method: str, kept: bool, name: str, data, layout, plan) -> float:
                 make = _recipe(name, data, layout, plan)
             else:
                 loader = jaxload.from_tf_data(pipeline(name, data), layout,
-                                              global_batch_size=GLOBAL_BATCH)
+                                              global_batch_size=GLOBAL_BATCH,
+                                              prefetch=0 if method == "jaxload p0" else 2)
                 make = loader.__iter__
         steps = 0
         for batch in make():
@@ -121,7 +125,7 @@ def passes(rounds: int) -> dict:
     for name in PIPELINES:
         for kept in (True, False):
             for r in range(rounds):
-                for method in ("recipe", "jaxload") if r % 2 == 0 else ("jaxload", "recipe"):
+                for method in METHODS if r % 2 == 0 else reversed(METHODS):
                     out.setdefault(f"{name}|{kept}|{method}", []).append(
                         _epochs(method, kept, name, data, layout, plan))
     return out
@@ -162,12 +166,12 @@ def rows(topology: str, results: list[dict]) -> list[str]:
     lines = []
     for name in PIPELINES:
         for kept in (True, False):
-            times = {m: _slowest([r[f"{name}|{kept}|{m}"] for r in results])
-                     for m in ("recipe", "jaxload")}
-            ratio = statistics.median(times["jaxload"]) / statistics.median(times["recipe"])
+            times = {m: _slowest([r[f"{name}|{kept}|{m}"] for r in results]) for m in METHODS}
+            ratios = [statistics.median(times[m]) / statistics.median(times["recipe"])
+                      for m in METHODS[1:]]
             lines.append(f"| {topology} | {name} | {'kept' if kept else 'per epoch'} | "
-                         f"{ms_cell(times['recipe'], EPOCHS)} | {ms_cell(times['jaxload'], EPOCHS)} "
-                         f"| {ratio:.2f} |")
+                         + " | ".join(ms_cell(times[m], EPOCHS) for m in METHODS)
+                         + "".join(f" | {ratio:.2f}" for ratio in ratios) + " |")
     return lines
 
 
@@ -184,7 +188,8 @@ def main() -> None:
     rounds = 2 if args.quick else 5
     started = time.perf_counter()
     table = ["| topology | pipeline | loader | recipe, ms an epoch | jaxload, ms an epoch | "
-             "jaxload / recipe |", "|---|---|---|---|---|---|"]
+             "jaxload prefetch=0, ms an epoch | jaxload / recipe | prefetch=0 / recipe |",
+             "|---|---|---|---|---|---|---|---|"]
     resumes = ["| topology | state bytes per process | get_state (ms) | first batch after "
                "a resume at 10% (ms) | at 90% (ms) | 90% / 10% |", "|---|---|---|---|---|---|"]
     for topology in args.topologies.split(","):
@@ -201,7 +206,9 @@ def main() -> None:
         "(`from_tensor_slices(...).shard(K, k)`). Milliseconds an epoch over 3 epochs, from "
         "building to the last batch (first batches and builds included), slowest process, "
         f"median of {rounds} interleaved rounds (min-max); *kept*: one loader over the 3 "
-        "epochs, *per epoch*: one built per epoch.", "", *table, "",
+        "epochs, *per epoch*: one built per epoch. *jaxload*: the default, `prefetch=2` (a "
+        "background thread assembles the batches ahead); *prefetch=0*: the loop's own thread "
+        "does.", "", *table, "",
         "The shuffled and augmented pipeline: the state after 5 steps, and the first batch of "
         "a fresh loader after `set_state(head_start=False)` (median, slowest process).", "",
         *resumes, "", ended(started)])
