@@ -117,3 +117,12 @@ def test_a_pass_from_a_global_row_has_the_rows_after_it(processes, index):
 ])
 def test_other_pipelines_are_read_through_tf_data(shape):
     assert InMemory.of(shape(_arrays())) is None
+
+
+def test_many_rows_through_a_small_shuffle_buffer_stream_through_tf_data():
+    """A whole pass's order first would delay the first batch past tf.data's (which needs only
+    a full buffer): 100,000 rows through a buffer of 1,000 stay on tf.data, through 100,000 not."""
+    rows = np.arange(100_000)
+    assert InMemory.of(tf.data.Dataset.from_tensor_slices(rows).shuffle(1_000, seed=1)) is None
+    assert InMemory.of(tf.data.Dataset.from_tensor_slices(rows).shuffle(100_000, seed=1))
+    assert InMemory.of(tf.data.Dataset.from_tensor_slices(rows))  # no order to compute
