@@ -126,3 +126,13 @@ def test_many_rows_through_a_small_shuffle_buffer_stream_through_tf_data():
     assert InMemory.of(tf.data.Dataset.from_tensor_slices(rows).shuffle(1_000, seed=1)) is None
     assert InMemory.of(tf.data.Dataset.from_tensor_slices(rows).shuffle(100_000, seed=1))
     assert InMemory.of(tf.data.Dataset.from_tensor_slices(rows))  # no order to compute
+
+
+def test_explain_says_the_arrays_are_read_by_index():
+    loader = jaxload.from_tf_data(SHAPES["shuffled"](_arrays()), jaxload.data_parallel(),
+                                  global_batch_size=8)
+    assert ("input: tf.data by elements, arrays in memory read by index: each process gathers "
+            "its own rows (1/1), in the pipeline's order") in loader.explain()
+    mapped = jaxload.from_tf_data(SHAPES["shuffled"](_arrays()).map(lambda e: e),
+                                  jaxload.data_parallel(), global_batch_size=8)
+    assert "each process reads every element and keeps 1/1 of them" in mapped.explain()

@@ -56,12 +56,13 @@ class TfDataset:
     By files (``shard="files"``, or ``"auto"`` where it reads files) each group's pipeline reads
     only its own files; by elements it is (the rows of) ``ds.skip(rows).shard(K, k)`` from global row
     ``rows``, which can start at any global row (another topology), or with ``prove`` (and no
-    replay) its split that proves what it reads (:mod:`~jaxload._src.pipelines.tf.stream`).
-    Its length is tf.data's cardinality where known; it reads no batch by index. Its spec is
-    the element spec."""
+    replay) its split that proves what it reads (:mod:`~jaxload._src.pipelines.tf.stream`),
+    or arrays in memory, read by index (``in_memory``). Its length is tf.data's cardinality
+    where known; its batches are not read by index (``by_index``); its spec is the element's."""
 
     by_index: bool = False
     not_resumable: str | None = None
+    in_memory: InMemory | None = None
 
     def __init__(self, ds: Any, plan: Plan, *, global_batch_size: int, shard: bool | str,
                  batched: bool, remainder: str, prove: bool = True):
@@ -213,6 +214,7 @@ class TfDataset:
                  and replay.grouped == 1)  # not under the user's batch
         if (memory := InMemory.of(self._ds) if plan.global_batch_size == self._global and not (
                 self._batched) else None):  # read by index (in_memory.py): its order begun
+            self.in_memory = memory
             replay.passes.order_ahead(memory.rows)
         steps = Steps(per_batch, *((plan.shard_count, plan.shard_index) if elements else (1, 0)),
                       plan.local_batch_size, self._remainder == DROP)
@@ -291,10 +293,7 @@ class TfDataset:
 
 
 def _length(ds: Any) -> int | None:
-    """The batches a pipeline holds, where tf.data knows it (``INFINITE`` after repeat())."""
-    import tensorflow as tf
-
+    """The batches a pipeline holds, where tf.data knows it (``INFINITE`` after repeat():
+    tf.data's ``INFINITE_CARDINALITY`` is -1, ``UNKNOWN_CARDINALITY`` -2)."""
     n = int(ds.cardinality())
-    if n == int(tf.data.INFINITE_CARDINALITY):
-        return INFINITE
-    return n if n >= 0 else None
+    return INFINITE if n == -1 else n if n >= 0 else None
