@@ -111,6 +111,20 @@ def test_pad_needs_dict_elements(layout):
         next(iter(jaxload.from_tf_data(ds, layout, global_batch_size=8, remainder="pad")))
 
 
+@pytest.mark.parametrize("ds,error,message", [
+    (lambda: tf.data.Dataset.range(8).map(lambda i: (i, i)), TypeError, "got tuple elements"),
+    (lambda: tf.data.Dataset.range(8), TypeError, "got ndarray elements"),
+    (lambda: tf.data.Dataset.range(8).map(lambda i: {"mask": i}), ValueError,
+     r"already have a feature batch\['mask'\]"),
+])
+def test_a_tf_data_pipeline_pad_cannot_mask_is_refused_at_the_build(layout, ds, error, message):
+    """Refused by from_tf_data on every process alike, from the element spec: at the first
+    step, the first process to fail would end the others with a PeerFailedError instead."""
+    with pytest.raises(error, match=message):
+        jaxload.from_tf_data(ds(), layout, global_batch_size=8, remainder="pad")
+    jaxload.from_tf_data(ds(), layout, global_batch_size=8, remainder="drop")  # drop: no mask
+
+
 def test_pad_refuses_an_existing_mask_feature(layout):
     ds = grain.MapDataset.range(8).map(lambda i: {"mask": i})
     with pytest.raises(ValueError, match=r"already have a feature batch\['mask'\]"):

@@ -36,7 +36,7 @@ class TfDataService:
     def __init__(self, ds: Any, plan: Plan, *, service: Any, shard: bool, batched: bool,
                  remainder: str, timeout_s: float, name: str | None):
         _check_service_options(service, shard, batched)
-        check_element_spec(ds.element_spec, None, remainder)
+        check_element_spec(ds, None, remainder)
         self._service, self._element_spec = service, ds.element_spec
         self._rows = plan.local_batch_size
         # the job's name: the same on every process, new for every run and every pass (a

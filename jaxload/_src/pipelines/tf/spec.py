@@ -5,19 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxload._src.assemble import leaf_name
-from jaxload._src.remainder import DROP
+from jaxload._src.remainder import DROP, check_paddable
 from jaxload._src.trees import PyTree
 
 
-def check_element_spec(element_spec: Any, batch_rows: int | None, remainder: str) -> None:
-    """Rejects, before any data is read, features that cannot form a static-shape jax.Array.
+def check_element_spec(ds: Any, batch_rows: int | None, remainder: str) -> None:
+    """Rejects, before any data is read, features of ``ds`` that cannot form a static-shape
+    jax.Array, and elements that ``remainder="pad"`` cannot add its ``"mask"`` to, unless there
+    are none (the same error on every process at the build, not at the first step, where the
+    first process to fail would end the others with a ``PeerFailedError``).
 
     ``batch_rows``: the leading dim every feature must have if the elements are batches already.
     """
     import tensorflow as tf
 
+    element_spec = ds.element_spec
+    if remainder != DROP and int(ds.cardinality()) != 0:  # (one feature: an ndarray, as read)
+        check_paddable(element_spec if isinstance(element_spec, (dict, tuple, list)) else (
+            np.empty(0)))
     for path, spec in jax.tree_util.tree_flatten_with_path(element_spec)[0]:
         name = leaf_name(path)
         if not isinstance(spec, tf.TensorSpec):
