@@ -4,8 +4,9 @@ by index: each loading group gathers its own rows from the arrays with numpy.
 Split by elements through tf.data, every process would slice, shuffle and batch every row of
 the arrays to keep one in ``K`` of them (at 4 processes, four times the recipe's copies, and
 a tf.data iterator built per pass, about 3 ms). Yet a seeded shuffle's order depends only on
-its seeds, its buffer size and how many rows it is given (:mod:`~jaxload._src.pipelines.tf.
-shuffle`). So a pass takes the order of the user's shuffle over the row indices
+its seeds, its buffer size and how many rows it is given
+(:mod:`~jaxload._src.pipelines.tf.shuffle`). So a pass takes the order of the user's shuffle
+over the row indices
 (:meth:`~jaxload._src.pipelines.tf.shuffle.Passes.order`: one batch of ``int64`` a pass, read
 from one iterator kept over the passes), and each group's batch at a step is its rows of that
 step's global batch (rows ``k::K``, those ``shard(K, k).batch(local_batch_size)`` gives),
