@@ -93,10 +93,9 @@ def narrowed(leaves: list[np.ndarray]) -> Narrowed:
         if leaf.dtype.kind in "iuf":
             held = np.dtype(jax.dtypes.canonicalize_dtype(leaf.dtype))
             if held.itemsize < leaf.dtype.itemsize:
-                if held.kind == "f":
-                    found.append((index, held, float(np.finfo(held).min), float(np.finfo(held).max)))
-                else:
-                    found.append((index, held, int(np.iinfo(held).min), int(np.iinfo(held).max)))
+                limits: Any = np.finfo(held) if held.kind == "f" else np.iinfo(held)
+                number = float if held.kind == "f" else int
+                found.append((index, held, number(limits.min), number(limits.max)))
     return tuple(found)
 
 

@@ -40,10 +40,11 @@ def input_text(pipeline: Any, plan: Plan) -> str:
     sharding = getattr(pipeline, "sharding", None)
     if sharding is None:
         return f"{pipeline.backend}: each loading group reads its own rows"
-    line = f"tf.data by {sharding.mode}: {sharding.reads(plan)}"
     if getattr(pipeline, "in_memory", None) is not None:  # (pipelines/tf/in_memory.py)
         line = (f"tf.data by elements, arrays in memory read by index: each process gathers its "
                 f"own rows (1/{plan.shard_count}), in the pipeline's order")
+    else:
+        line = f"tf.data by {sharding.mode}: {sharding.reads(plan)}"
     if sharding.fallback:
         line += f" (not by files: {sharding.fallback})"
     return line

@@ -216,8 +216,8 @@ class TfDataset:
                 self._batched) else None):  # read by index (in_memory.py): its order begun
             self.in_memory = memory
             replay.passes.order_ahead(memory.rows)
-        steps = Steps(per_batch, *((plan.shard_count, plan.shard_index) if elements else (1, 0)),
-                      plan.local_batch_size, self._remainder == DROP)
+            steps = Steps(per_batch, *((plan.shard_count, plan.shard_index) if elements else (
+                1, 0)), plan.local_batch_size, self._remainder == DROP)
 
         def pipeline(own: TfDataset, ds: Any, split: bool) -> Any:
             group = own._split(ds) if split else ds
@@ -235,8 +235,9 @@ class TfDataset:
                     built[:] = [shuffled, skip, pipeline(own, replay.dataset(  # share one
                         shuffled, skip, split=own._split if below else None),  # pipeline:
                         elements and not below)]  # each iterator of it is another pass
-            positions = ({"pass": number, "batches": n, "seeds": drawn} for drawn in [
-                [*replay.passes.seeds]] for n in itertools.count(consumed + 1))
+            drawn = [*replay.passes.seeds]
+            positions = ({"pass": number, "batches": n, "seeds": drawn}
+                         for n in itertools.count(consumed + 1))
             yield from (zip(read_on, positions, strict=False) if memory is not None
                         else counted(built[2], positions))
 
