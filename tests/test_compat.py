@@ -16,7 +16,7 @@ def test_every_private_read_is_listed_and_has_a_test():
                       "data_loader_sampler", "data_loader_unread", "grain_split_and_seeds",
                       "grain_below_maps",
                       "tf_graph", "tf_shard_graph", "tf_from_graph", "tf_iterator_state",
-                      "tf_replay", "tf_is_tensor_slices", "tf_skips_in_place", "tf_source_tensors",
+                      "tf_replay", "tf_is_tensor_slices", "tf_op", "tf_source_tensors",
                       "tf_repeat", "tf_stateless", "tf_batch", "tf_interleave",
                       "tf_input_index", "tf_log_level", "tf_op_attrs", "tf_global_seed",
                       "tf_seed_generator"}
@@ -300,8 +300,13 @@ def test_a_shuffle_and_the_ops_over_it_are_rebuilt_as_they_were():
         lambda a, b: a + b[0]).shuffle(4, seed=1)
     assert [t.numpy().tolist() for t in compat.tf_source_tensors(zipped)] == [[3, 1, 2], [7]]
     assert compat.tf_source_tensors(tf.data.Dataset.range(3).map(lambda x: x)) == []
-    assert compat.tf_skips_in_place(tf.data.Dataset.range(2))
-    assert not compat.tf_skips_in_place(tf.data.Dataset.range(2).take(1))
+    assert compat.tf_op(tf.data.Dataset.range(2)) == ("range", None)
+    assert compat.tf_op(tf.data.Dataset.from_tensor_slices([1, 2])) == ("slices", None)
+    assert compat.tf_op(tf.data.Dataset.range(2).take(1)) == ("other", None)
+    assert [compat.tf_op(ds)[0] for ds in (
+        tf.data.Dataset.range(4).shuffle(4), tf.data.Dataset.range(2).map(lambda x: x),
+        tf.data.Dataset.range(2).repeat(2), tf.data.Dataset.range(4).batch(2))] == [
+        "shuffle", "one_to_one", "repeat", "batch"]
     assert compat.tf_repeat(tf.data.Dataset.range(2).repeat(3))[1] == 3
     assert compat.tf_repeat(tf.data.Dataset.range(2).repeat())[1] == -1
     assert compat.tf_repeat(tf.data.Dataset.range(2)) is None

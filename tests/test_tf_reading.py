@@ -1,9 +1,14 @@
 """A tf.data pipeline's graph is serialized once per loader build and never per pass: real
 2-process runs (the splits by files happen only with several loading groups) over rows in
 memory, files split by files (names shuffled, or a shuffle replayed over each group's files),
-a generator, a shard hint and a cache file."""
+a generator, a shard hint and a cache file. The same builds, followed through the calls that
+are given the user's dataset, stay in few modules and rarely climb back up."""
 
 from __future__ import annotations
+
+import ast
+import importlib
+import sys
 
 import pytest
 
@@ -55,8 +60,13 @@ def serializations(root: str) -> dict[str, list[int]]:
         for name, (op, ds) in _pipelines(root).items():
             counts = []
             del counted[:]
-            loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=8,
-                                          shard="auto" if name != "memory" else "elements")
+            calls = CallsGiven(ds)
+            sys.setprofile(calls.see)
+            try:
+                loader = jaxload.from_tf_data(ds, jaxload.data_parallel(), global_batch_size=8,
+                                              shard="auto" if name != "memory" else "elements")
+            finally:
+                sys.setprofile(None)
             counts.append(sum(op in graph for graph in counted))
             for _ in range(2):
                 del counted[:]
@@ -65,10 +75,75 @@ def serializations(root: str) -> dict[str, list[int]]:
             del counted[:]
             loader.get_state()
             counts.append(sum(op in graph for graph in counted))
-            out[name] = counts
+            out[name] = counts, (calls.modules, calls.calls)
     finally:
         tf.data.Dataset._as_serialized_graph = original
     return out
+
+
+class CallsGiven:
+    """A profile function that follows the user's dataset through jaxload: the calls into
+    jaxload given ``ds`` itself as an argument, and their returns. ``modules``: the module
+    the dataset is in after each call and each return, in order; ``calls``: ``(caller's
+    module, callee's module)`` of each such call (the caller: the innermost such call under
+    way, or None)."""
+
+    def __init__(self, ds: object):
+        self.ds, self.modules, self.calls = ds, [], []
+        self._open: list[object] = []  # the frames of the calls under way, innermost last
+
+    def see(self, frame, event, arg) -> None:
+        if event == "return" and self._open and frame is self._open[-1]:
+            self._open.pop()
+            if self._open:
+                self.modules.append(self._open[-1].f_globals["__name__"])
+            return
+        module = frame.f_globals.get("__name__") or ""
+        if event != "call" or not module.startswith("jaxload"):
+            return
+        code = frame.f_code
+        names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+        if any(frame.f_locals.get(name) is self.ds for name in names):
+            caller = self._open[-1].f_globals["__name__"] if self._open else None
+            self.calls.append((caller, module))
+            self.modules.append(module)
+            self._open.append(frame)
+
+
+def _imports(module: str) -> set[str]:
+    """The modules (and module.name) that ``module`` imports."""
+    tree = ast.parse(open(importlib.import_module(module).__file__).read())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def _imported_by(module: str, importer: str) -> bool:
+    return any(module == m or module.startswith(f"{m}.")
+               for m in _imports(importer) - {"jaxload", "jaxload._src"})
+
+
+def walk(modules: list[str], calls: list[tuple[str | None, str]]
+         ) -> tuple[list[str], list[tuple[str, str]]]:
+    """The stays (each entry into a module, a return to one already left counting again) and
+    the climbs (calls back up: into a module that imports the caller's) of a walk.
+
+    Example:
+      >>> tf = "jaxload._src.pipelines.tf."
+      >>> walk([tf + "dataset", tf + "read", tf + "read", tf + "dataset"],
+      ...      [(None, tf + "dataset"), (tf + "dataset", tf + "read")])
+      (['jaxload._src.pipelines.tf.dataset', 'jaxload._src.pipelines.tf.read', \
+'jaxload._src.pipelines.tf.dataset'], [])
+    """
+    stays = [m for i, m in enumerate(modules) if not i or modules[i - 1] != m]
+    climbs = [(caller, callee) for caller, callee in calls
+              if caller is not None and caller != callee and _imported_by(caller, callee)]
+    return stays, climbs
 
 
 def _files(root) -> None:
@@ -85,10 +160,25 @@ def test_a_build_serializes_the_pipeline_once_and_a_pass_never(clusters, tmp_pat
     _files(tmp_path)
     results = clusters.run(serializations, num_processes=2, local_devices=2,
                            args=(str(tmp_path),), timeout_s=240)
-    for process, counts in enumerate(results):
+    for process, result in enumerate(results):
+        counts = {name: counted for name, (counted, _) in result.items()}
         assert counts == {name: [1, 0, 0, 0] for name in counts}, (process, counts)
+        for name, (_, (modules, calls)) in result.items():  # from_tf_data, following ds
+            stays, climbs = walk(modules, calls)
+            assert 2 <= len(stays) <= 30 and not climbs, (process, name, stays, climbs)
     assert sorted(results[0]) == ["cache file", "files", "files replayed", "generator", "hint",
                                   "memory"]
+
+
+def test_the_walk_counts_returns_as_stays_and_calls_back_up_as_climbs():
+    tf = "jaxload._src.pipelines.tf."
+    modules = [tf + "dataset", tf + "replay", "jaxload._src.compat.tf_ops", tf + "replay",
+               tf + "dataset"]
+    down = [(None, tf + "dataset"), (tf + "dataset", tf + "replay"),
+            (tf + "replay", "jaxload._src.compat.tf_ops")]
+    assert walk(modules, down) == (modules, [])
+    up = [("jaxload._src.compat.tf_ops", tf + "replay")]  # replay imports compat
+    assert walk(modules, up)[1] == up
 
 
 def test_the_names_read_once_are_those_read_one_by_one(tmp_path):

@@ -445,20 +445,25 @@ def test_a_build_over_large_arrays_serializes_no_row():
     ds = tf.data.Dataset.from_tensor_slices({"id": np.arange(2048), "image": images}).shuffle(
         256, seed=1).map(lambda e: e)
     sizes = []
-    original = compat.tf_graph
+    original, checked = compat.tf_graph, compat.tf_graph_checked
 
     def counted(*args, **kwargs):
         graph = original(*args, **kwargs)
         sizes.append(graph.ByteSize())
         return graph
 
-    compat.tf_graph = counted
+    def counted_checked(ds):
+        graph, refused = checked(ds)
+        sizes.append(graph.ByteSize())
+        return graph, refused
+
+    compat.tf_graph, compat.tf_graph_checked = counted, counted_checked
     try:
         group = share(ds, plan(2, 0))
         for _ in range(2):
             assert sum(1 for _ in group.batches(None)) == 2048 // 16
     finally:
-        compat.tf_graph = original
+        compat.tf_graph, compat.tf_graph_checked = original, checked
     assert len(sizes) == 1 and sizes[0] < 20_000, sizes  # once per build, none per pass
 
 

@@ -25,6 +25,7 @@ from jaxload._src.compat.tf import (
     tf_from_graph,
     tf_global_seed,
     tf_graph,
+    tf_graph_checked,
     tf_input_index,
     tf_is_tensor_slices,
     tf_map_carrying,
@@ -32,7 +33,6 @@ from jaxload._src.compat.tf import (
     tf_restore_iterator,
     tf_save_iterator,
     tf_shard_graph,
-    tf_skips_in_place,
     tf_source_tensors,
     tf_stateless,
 )
@@ -41,6 +41,7 @@ from jaxload._src.compat.tf_ops import (
     tf_batch,
     tf_interleave,
     tf_one_to_one,
+    tf_op,
     tf_repeat,
     tf_seed_generator,
     tf_shuffle,
@@ -79,7 +80,7 @@ PRIVATE = (
     ("tf_is_tensor_slices", "from_tensor_slices_op._TensorSliceDataset (its class name)"),
     ("tf_source_tensors", "_TensorSliceDataset._tensors, from_tensors_op._TensorDataset._tensors, "
                           "DatasetV2._inputs()"),
-    ("tf_skips_in_place", "_TensorSliceDataset, range_op._RangeDataset (their class names)"),
+    ("tf_op", "_TensorSliceDataset, range_op._RangeDataset (their class names)"),
     ("tf_repeat", "repeat_op._RepeatDataset._input_dataset, _count"),
     ("tf_seed_generator", "gen_dataset_ops.anonymous_seed_generator, shuffle_dataset_v3; "
                           "dataset_ops._VariantDataset"),
@@ -106,9 +107,9 @@ PRIVATE = (
 __all__ = [
     "data_loader_operations", "data_loader_sampler", "data_loader_shard_options",
     "data_loader_source", "data_loader_unread", "distributed_client", "drops_elements", "grain_below_maps",
-    "grain_split_and_seeds", "tf_batch", "tf_from_graph", "tf_global_seed", "tf_graph",
+    "grain_split_and_seeds", "tf_batch", "tf_from_graph", "tf_global_seed", "tf_graph", "tf_graph_checked",
     "tf_input_index", "tf_interleave", "tf_is_tensor_slices", "tf_log_level", "tf_logs_at_fixed_level",
-    "tf_map_carrying", "tf_one_to_one", "tf_op_attrs", "tf_repeat", "tf_restore_iterator",
+    "tf_map_carrying", "tf_one_to_one", "tf_op", "tf_op_attrs", "tf_repeat", "tf_restore_iterator",
     "tf_save_iterator", "tf_seed_generator", "tf_shard_graph", "tf_shuffle", "tf_shuffled",
-    "tf_skips_in_place", "tf_source_tensors", "tf_stateless", "thread_mesh", "PRIVATE",
+    "tf_source_tensors", "tf_stateless", "thread_mesh", "PRIVATE",
 ]

@@ -38,6 +38,18 @@ def tf_graph(ds: Any, *, fail_on_external_state: bool = False) -> Any:
     return graph
 
 
+def tf_graph_checked(ds: Any) -> tuple[Any, Exception | None]:
+    """:func:`tf_graph` of ``ds``, and where tf.data refuses to save its state (a
+    ``py_function``, a generator...) the ``FailedPreconditionError`` that names the op (the
+    graph then read ignoring it), else None."""
+    import tensorflow as tf
+
+    try:
+        return tf_graph(ds, fail_on_external_state=True), None
+    except tf.errors.FailedPreconditionError as e:
+        return tf_graph(ds), e
+
+
 def tf_shard_graph(graph: Any, num_workers: int, index: int, policy: Any) -> Any:
     """TensorFlow's sharding rewrite (tf.distribute's ``AutoShardPolicy``) for worker ``index``
     of ``num_workers``, applied to a pipeline's graph read already (a ``GraphDef`` as
@@ -119,12 +131,6 @@ def tf_is_tensor_slices(ds: Any) -> bool:
     """Whether ``ds`` is a ``Dataset.from_tensor_slices`` (``from_tensor_slices_op.
     _TensorSliceDataset``): its rows are constants of its graph."""
     return type(ds).__name__ == "_TensorSliceDataset"
-
-
-def tf_skips_in_place(ds: Any) -> bool:
-    """Whether ``ds`` is a ``from_tensor_slices`` or a ``range`` (``_TensorSliceDataset``,
-    ``_RangeDataset``): a source in memory, which tf.data skips in place."""
-    return type(ds).__name__ in ("_TensorSliceDataset", "_RangeDataset")
 
 
 def tf_stateless(ds: Any) -> bool:

@@ -9,6 +9,28 @@ from collections.abc import Callable
 from typing import Any
 
 
+def tf_op(ds: Any) -> tuple[str, Any]:
+    """A dataset's top op as jaxload takes pipelines apart, read in one call:
+    ``("shuffle", tf_shuffle(ds))``, ``("one_to_one", tf_one_to_one(ds))``,
+    ``("repeat", tf_repeat(ds))`` or ``("batch", tf_batch(ds))`` where that reads it, else
+    ``("slices", None)`` for ``from_tensor_slices``, ``("range", None)`` for ``range`` (the
+    sources tf.data skips in place) or ``("other", None)``.
+
+    Example:
+      >>> import tensorflow as tf
+      >>> tf_op(tf.data.Dataset.range(4).shuffle(4, seed=1))[0]
+      'shuffle'
+      >>> tf_op(tf.data.Dataset.range(4))
+      ('range', None)
+    """
+    for kind, read in (("shuffle", tf_shuffle), ("one_to_one", tf_one_to_one),
+                       ("repeat", tf_repeat), ("batch", tf_batch)):
+        if (found := read(ds)) is not None:
+            return kind, found
+    return {"_TensorSliceDataset": "slices", "_RangeDataset": "range"}.get(
+        type(ds).__name__, "other"), None
+
+
 def tf_shuffle(ds: Any) -> tuple[Any, int, int, int, bool] | None:
     """``(input, buffer_size, seed, seed2, reshuffle_each_iteration)`` of a dataset that
     ``Dataset.shuffle`` made (``shuffle_op._ShuffleDataset``), both op seeds as TensorFlow

@@ -98,12 +98,8 @@ class DatasetGraph:
         it rebuilt from its dataset objects (which do not carry them), else ``ds.options()``."""
         import tensorflow as tf
 
-        external = None
-        try:
-            graph = compat.tf_graph(ds, fail_on_external_state=True)
-        except tf.errors.FailedPreconditionError as e:
-            external = _reason(e)
-            graph = compat.tf_graph(ds)
+        graph, refused = compat.tf_graph_checked(ds)
+        external = None if refused is None else _reason(refused)
         options = ds.options() if options is None else options
         ignores = (options.experimental_external_state_policy
                    == tf.data.experimental.ExternalStatePolicy.IGNORE)

@@ -74,12 +74,14 @@ class InMemory:
         tf.data)."""
         import tensorflow as tf
 
-        node = ds
-        while type(node).__name__ in _ABOVE and (step := compat.tf_one_to_one(node)):
-            node = step[0]
-        if (shuffle := compat.tf_shuffle(node)) is not None:
+        node, (kind, op) = ds, compat.tf_op(ds)
+        while type(node).__name__ in _ABOVE and kind == "one_to_one":
+            node = op[0]
+            kind, op = compat.tf_op(node)
+        if shuffle := op if kind == "shuffle" else None:
             node, buffer = shuffle[0], shuffle[1]
-        if not compat.tf_is_tensor_slices(node) or not all(
+            kind, op = compat.tf_op(node)
+        if kind != "slices" or not all(
                 type(spec) is tf.TensorSpec and spec.shape.is_fully_defined()
                 for spec in tf.nest.flatten(node.element_spec)):
             return None

@@ -30,14 +30,14 @@ def read_graph(ds: Any) -> DatasetGraph:
 
     rebuild: list[Callable[[Any], Any]] = []
     node = ds
-    while not compat.tf_is_tensor_slices(node):
-        shuffle, step = compat.tf_shuffle(node), compat.tf_one_to_one(node)
-        if shuffle is not None:
-            node, size, seed, seed2, reshuffles = shuffle
+    while (op := compat.tf_op(node))[0] != "slices":
+        kind, found = op
+        if kind == "shuffle":
+            node, size, seed, seed2, reshuffles = found
             rebuild.append(functools.partial(compat.tf_shuffled, buffer_size=size,
                                              seeds=(seed, seed2), reshuffle=reshuffles))
-        elif step is not None:
-            node, again = step
+        elif kind == "one_to_one":
+            node, again = found
             rebuild.append(again)
         else:
             return DatasetGraph.of(ds)

@@ -106,25 +106,23 @@ class Replay:
         repeat: tuple[int, int] | None = None  # (ops over it, count)
         grouped = 1
         while found is None:
-            found = compat.tf_shuffle(node)
-            step = compat.tf_one_to_one(node) if found is None else None
-            if found is None and step is None and grouped == 1 and (over := compat.tf_repeat(node)):
+            kind, op = compat.tf_op(node)
+            if kind == "shuffle":
+                found = op
+            elif kind == "one_to_one":
+                node, again = op
+                above.append(again)
+            elif kind == "repeat" and grouped == 1:
                 if repeat is not None:
                     return None
-                node, repeat = over[0], (len(above), over[1])
-                continue
-            if found is None and step is None and repeat is None and grouped == 1 and (
-                    batch := compat.tf_batch(node)):  # one batch, with no repeat under it
-                node, again, grouped = batch
+                node, repeat = op[0], (len(above), op[1])
+            elif kind == "batch" and repeat is None and grouped == 1:  # one, no repeat under it
+                node, again, grouped = op
                 above.append(again)
-                continue
-            if found is None and step is None:
-                if not compat.tf_skips_in_place(node):
-                    return None
+            elif kind in ("slices", "range"):
                 found = (node, None, 0, 0, False)  # unshuffled, in memory
-            elif step is not None:
-                node, again = step
-                above.append(again)
+            else:
+                return None
         graph = graph if graph is not None else DatasetGraph.of(ds)
         shuffles = 0 if found[1] is None else 1 + (names_shuffle(found[0]) is not None)
         if not keeps_its_order(graph, shuffles=shuffles):
