@@ -44,7 +44,8 @@ def files_text(plan: Plan, files: int) -> str:
       tf.data by elements (2 files for 4 loading groups; write at least 4):
       each process reads every element and keeps 1/4 of them
     """
-    from jaxload._src.pipelines.tf.split import ELEMENTS, FILES, Sharding
+    from jaxload._src.pipelines.tf.decide import ELEMENTS, FILES
+    from jaxload._src.pipelines.tf.split import Sharding
 
     if not is_positive_int(files):
         raise ValueError(f"--files={files!r} must be a positive int")

@@ -13,6 +13,7 @@ from typing import Any
 from jaxload._src import compat
 from jaxload._src.pipelines.base import Batches, LocalSpec, weakly
 from jaxload._src.pipelines.tf import reseed
+from jaxload._src.pipelines.tf.decide import ELEMENTS, FILES
 from jaxload._src.pipelines.tf.graph import PARALLEL_INTERLEAVES, DatasetGraph
 from jaxload._src.pipelines.tf.in_memory import InMemory, Steps
 from jaxload._src.pipelines.tf.iterator import (
@@ -33,8 +34,6 @@ from jaxload._src.pipelines.tf.spec import batch_spec, check_element_spec
 from jaxload._src.pipelines.tf.split import (
     BY_FILES,
     BY_FUNCTION,
-    ELEMENTS,
-    FILES,
     FUNCTION,
     NONE,
     Sharding,

@@ -23,6 +23,7 @@ import random
 from typing import Any
 
 from jaxload._src import compat
+from jaxload._src.pipelines.tf.decide import ELEMENTS, FILES, HINT
 from jaxload._src.pipelines.tf.file_ops import KEEP
 from jaxload._src.pipelines.tf.graph import (
     INTERLEAVES,
@@ -34,7 +35,7 @@ from jaxload._src.pipelines.tf.graph import (
     input_constant,
     unordered,
 )
-from jaxload._src.pipelines.tf.split import ELEMENTS, FILES, HINT, Sharding
+from jaxload._src.pipelines.tf.split import Sharding
 from jaxload._src.plan import Plan
 
 # ops whose order is drawn at random unless seeded: (seed, seed2) input positions

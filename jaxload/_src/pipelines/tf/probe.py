@@ -37,7 +37,8 @@ import numpy as np
 import xxhash
 
 from jaxload._src import compat, fingerprints
-from jaxload._src.pipelines.tf.split import ELEMENTS, FILES, Sharding
+from jaxload._src.pipelines.tf.decide import ELEMENTS, FILES
+from jaxload._src.pipelines.tf.split import Sharding
 from jaxload._src.plan import Plan
 from jaxload._src.same_dataset import Described
 

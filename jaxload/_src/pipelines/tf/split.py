@@ -21,12 +21,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from typing import Any
 
 from jaxload._src import compat
+from jaxload._src.pipelines.tf.decide import (
+    ELEMENTS,
+    FILES,
+    HINT,
+    ONE_GROUP,
+    Shown,
+    fallback,
+    start,
+    why_not_files,
+)
 from jaxload._src.pipelines.tf.file_ops import blocking, separate_caches
-from jaxload._src.pipelines.tf.graph import READERS, UNSPLITTABLE, DatasetGraph
+from jaxload._src.pipelines.tf.graph import UNSPLITTABLE, DatasetGraph
 from jaxload._src.pipelines.tf.multisets import names_at_once, names_read
 from jaxload._src.pipelines.tf.names import (
     FileNames,
@@ -38,7 +47,7 @@ from jaxload._src.plan import Plan
 from jaxload._src.remainder import rows_read
 from jaxload._src.told import warn_once
 
-FILES, ELEMENTS, HINT, NONE = "files", "elements", "hint", "none"
+NONE = "none"
 OPTIONS = ("auto", FILES, ELEMENTS)
 
 
@@ -100,73 +109,58 @@ def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None,
     is None (the caller shards the elements, after skipping to its start row). ``graph``:
     ``ds``'s, read already (whole where it reads files: the share is built from it, by
     TensorFlow's rewrite of the graph, without serializing the pipeline again); ``whole``:
-    the ``GraphDef`` ``ds`` was rebuilt from, where it is not ``graph``'s own."""
+    the ``GraphDef`` ``ds`` was rebuilt from, where it is not ``graph``'s own. The choice is
+    :mod:`~jaxload._src.pipelines.tf.decide`'s, from the facts read here."""
     import tensorflow as tf
 
     graph = graph or DatasetGraph.of(ds)
     whole = graph.graph if whole is None else whole
-    policy = tf.data.experimental.AutoShardPolicy
     hints = graph.shard_hints()
-    if hints and shard == ELEMENTS:
-        raise ValueError("shard='elements' splits the whole pipeline, but it holds a "
-                         "shard(SHARD_HINT, SHARD_HINT), which only a split at the hint fills "
-                         "in: remove the hint, or leave shard='auto' to split there")
-    if hints:
+    shown = Shown(hints=bool(hints), readers=tuple(graph.readers()),
+                  unsplittable=tuple(sorted(graph.ops() & UNSPLITTABLE)),
+                  sources=tuple(_sources(graph)), names_read=False)
+    how = start(shown, shard, plan.shard_count)
+    if how == HINT:
         rewritten = compat.tf_shard_graph(whole, plan.shard_count, plan.shard_index,
-                                          policy.HINT)
+                                          tf.data.experimental.AutoShardPolicy.HINT)
         own_caches(rewritten, plan, HINT)
         return (compat.tf_from_graph(rewritten, ds.element_spec),
                 Sharding(HINT, before=graph.feeding(hints)))
-    unsplittable = sorted(graph.ops() & UNSPLITTABLE)
-    if shard == ELEMENTS or (shard == "auto" and not graph.readers() and not unsplittable):
+    if how == ELEMENTS:
         return None, Sharding(ELEMENTS)
-    if plan.shard_count == 1 and graph.readers():  # one group reads every file
+    if how == ONE_GROUP:
         return ds, Sharding(FILES)
-    why_not, share, sharding = _by_files(ds, plan, graph, whole, unsplittable)
+    why_not, share, sharding = _by_files(ds, plan, graph, whole, shown)
     if why_not is None:
         return share, sharding
-    if shard == FILES:
-        raise ValueError(f"shard='files' cannot shard this pipeline by files: {why_not}. Use "
-                         "shard='elements' (every process reads every element and keeps 1/K), "
-                         "or pass dataset_fn to build each loading group's share")
-    _warn(why_not, plan)
+    warn_once(fallback(why_not, shard, plan.shard_count), ShardingWarning, stacklevel=3)
     return None, Sharding(ELEMENTS, fallback=why_not)
 
 
-def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, whole: Any, unsplittable: list[str]
+def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, whole: Any, shown: Shown
               ) -> tuple[str | None, Any, Sharding]:
     """(why not, share, how): TensorFlow's FILE rewrite for this group, where every op after
-    the file reads keeps its meaning and each loading group gets a file."""
+    the file reads keeps its meaning and each loading group gets a file (the facts read in
+    that order, each only where the ones before allow it)."""
     import tensorflow as tf
 
-    if unsplittable:
-        return (f"it reads files through {', '.join(unsplittable)}, which TensorFlow's file "
-                "sharding cannot split. To read only each loading group's share, write the "
-                "data as TFRecord (or text) files, or pass dataset_fn to build each group's "
-                "share", None, NOT_SPLIT)
-    if not graph.readers():
-        return (f"it reads no files (no {', '.join(sorted(READERS)[:4])}, ... op; its sources "
-                f"are {', '.join(sorted(_sources(graph)))})", None, NOT_SPLIT)
-    blocked = blocking(graph.graph)
+    groups = plan.shard_count
+    blocked = blocking(graph.graph) if shown.readers and not shown.unsplittable else None
     if blocked is not None:
-        return (f"{blocked}. To keep file sharding, {blocked.fix}, or pass dataset_fn to build "
-                "each loading group's share", None, NOT_SPLIT)
+        shown = dataclasses.replace(shown, blocked=str(blocked), fix=blocked.fix)
+    if (why_not := why_not_files(shown, groups)) is not None:
+        return why_not, None, NOT_SPLIT
     try:
-        rewritten = compat.tf_shard_graph(whole, plan.shard_count, plan.shard_index,
+        rewritten = compat.tf_shard_graph(whole, groups, plan.shard_index,
                                           tf.data.experimental.AutoShardPolicy.FILE)
     except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as e:
-        return _cannot_find(e), None, NOT_SPLIT
-    names = names_at_once(rewritten, whole, plan.shard_count, plan.shard_index) or file_names(
-        rewritten)
-    if names is None:
-        return (f"the file names its {', '.join(graph.readers())} read cannot be found "
-                "before reading", None, NOT_SPLIT)
-    if names.count < plan.shard_count:
-        return (f"it reads {names.count} file{'s' * (names.count != 1)} for "
-                f"{plan.shard_count} loading groups, and each group needs at least one. To read "
-                f"only each loading group's share, write the data into at least "
-                f"{plan.shard_count} files (a multiple of {plan.shard_count} evens out the "
-                "groups), or pass dataset_fn to build each group's share", None, NOT_SPLIT)
+        shown = dataclasses.replace(shown, cannot_find=str(getattr(e, "message", e)))
+        return why_not_files(shown, groups), None, NOT_SPLIT
+    names = names_at_once(rewritten, whole, groups, plan.shard_index) or file_names(rewritten)
+    shown = dataclasses.replace(shown, names_read=True,
+                                files=None if names is None else names.count)
+    if (why_not := why_not_files(shown, groups)) is not None or names is None:
+        return why_not, None, NOT_SPLIT
     if names.meant is None:  # (not read at once)
         names = dataclasses.replace(names, read=names_read(rewritten),
                                     meant=names_read(graph.graph))
@@ -219,15 +213,6 @@ def under(graph: Any, steps: int, through: str = "") -> Any:
     return copy
 
 
-def _cannot_find(error: Exception) -> str:
-    """Why TensorFlow's FILE rewrite failed, naming the op it stopped at where it says."""
-    found = re.search(r'op: "(\w+)"', str(getattr(error, "message", error)))
-    where = f" (a {found.group(1)} op, which reads no files)" if found else ""
-    return (f"TensorFlow's file sharding cannot find where all of its records come from files"
-            f"{where}: some input of the pipeline reads no files, and every group would read all "
-            f"of it. To read only each loading group's share, pass dataset_fn to build it")
-
-
 def own_caches(graph: Any, plan: Plan, mode: str) -> list[tuple[str, str]]:
     """Gives every ``cache(filename)`` in ``graph`` (changed in place) a file of this process's
     own (see :func:`~jaxload._src.pipelines.tf.file_ops.separate_caches`), named in the log."""
@@ -251,14 +236,6 @@ def with_own_caches(ds: Any, graph: Any, plan: Plan, mode: str) -> Any:
 def _sources(graph: DatasetGraph) -> set[str]:
     ops = {op for op in graph.ops() if "Dataset" in op}
     return {op for op in ops if op.startswith(("Range", "Tensor", "Generator", "Random"))} or ops
-
-
-def _warn(why: str, plan: Plan) -> None:
-    message = (f"from_tf_data(shard='auto') shards this pipeline by elements, so that it keeps "
-               f"its meaning: each process reads and parses all of its records and keeps "
-               f"1/{plan.shard_count} of them. Not by files: {why}. shard='elements' says "
-               "reading everything is meant (and silences this warning)")
-    warn_once(message, ShardingWarning, stacklevel=4)
 
 
 def real_rows(ds: Any, global_batch_size: int, plan: Plan) -> Any:
