@@ -38,16 +38,18 @@ def tf_graph(ds: Any, *, fail_on_external_state: bool = False) -> Any:
     return graph
 
 
-def tf_graph_checked(ds: Any) -> tuple[Any, Exception | None]:
+def tf_graph_checked(ds: Any) -> tuple[Any, str | None]:
     """:func:`tf_graph` of ``ds``, and where tf.data refuses to save its state (a
-    ``py_function``, a generator...) the ``FailedPreconditionError`` that names the op (the
-    graph then read ignoring it), else None."""
+    ``py_function``, a generator...) the message of its ``FailedPreconditionError``, which
+    names the op (the graph then read ignoring it), else None. (The message, not the error:
+    its traceback would hold the pipeline.)"""
     import tensorflow as tf
 
     try:
         return tf_graph(ds, fail_on_external_state=True), None
     except tf.errors.FailedPreconditionError as e:
-        return tf_graph(ds), e
+        refused = str(getattr(e, "message", e))
+    return tf_graph(ds), refused
 
 
 def tf_shard_graph(graph: Any, num_workers: int, index: int, policy: Any) -> Any:

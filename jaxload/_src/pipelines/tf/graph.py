@@ -288,7 +288,7 @@ def attr(node: Any, name: str) -> Any:
     return value.s.decode() if kind == "s" else getattr(value, kind) if kind else None
 
 
-def _reason(error: Exception) -> str:
-    """The part of a TensorFlow error that names the op (``EagerPyFunc is stateful.``)."""
-    message = str(getattr(error, "message", error))
+def _reason(message: str) -> str:
+    """The part of a TensorFlow error's message that names the op (``EagerPyFunc is
+    stateful.``)."""
     return message.split(": ", 1)[-1].split(" [Op:")[0].strip() or message
