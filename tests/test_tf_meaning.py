@@ -164,6 +164,11 @@ def pipeline(shape: str, root: str):
         return tf.data.experimental.make_batched_features_dataset(
             str(Path(root, "four", "*.tfrecord")), batch_size=2, num_epochs=1,
             features={"id": tf.io.FixedLenFeature([], tf.int64)})
+    if shape == "files-per-host-uneven":  # each host lists its own files: 2 here, 1 there
+        import jax
+
+        mine = files[0::2][:2] if jax.process_index() == 0 else files[1:2]
+        return tf.data.TFRecordDataset(mine).map(parse)
     if shape == "names-repeated":
         return tf.data.Dataset.list_files(str(Path(root, "four", "*.tfrecord")),
                                           shuffle=False).repeat().interleave(
@@ -215,7 +220,7 @@ SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names"
           "names-with-labels", "names-taken", "names-numbered", "names-paired",
           "batched-features", "keras-text-default", "keras-text-seeded",
           "keras-timeseries-default", "keras-timeseries-seeded", "keras-split-default",
-          "keras-split-seeded", "csv-default", "csv-seeded"]
+          "keras-split-seeded", "csv-default", "csv-seeded", "files-per-host-uneven"]
 BATCHED = {"batched-features"}  # batched by the pipeline to the local batch size
 
 
@@ -310,6 +315,14 @@ def test_files_read_other_than_the_unsharded_names_are_refused_at_the_first_roun
     # its split, so enumerate / zip number each group's own names; the names reaching the reads
     # add up to other files than the pipeline's
     refused(runs[shape], "would read other files than the pipeline reads", "shard='elements'")
+
+
+@pytest.mark.cluster
+def test_files_listed_per_host_in_other_numbers_are_refused_not_split_two_ways(runs):
+    # 2 files on one host split by files, 1 on the other split by elements: each would keep
+    # half of its own, 6 of 9 records lost with no word, were the splits not compared
+    refused(runs["files-per-host-uneven"], "how jaxload splits it", '"files" on process [0]',
+            '"elements" on process [1]', "pass shard=False")
 
 
 @pytest.mark.cluster

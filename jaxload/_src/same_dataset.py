@@ -23,7 +23,9 @@ from jaxload._src.whereabouts import ranges
 ALL, GROUP = "all", "group"  # compared between every process, or within a loading group only
 MAX_VALUES = 4  # distinct values named per field in a message (the others counted)
 MAX_MESSAGE = 2000  # characters of the refusal every process reads from the store
-LABELS = {"elements": "the hash of a few elements at the same indices",
+LABELS = {"split": "how jaxload splits it (by files where a process finds at least one file "
+                   "for each loading group, else by elements)",
+          "elements": "the hash of a few elements at the same indices",
           "yielded": "the hash of a few elements as the pipeline yields them (after its maps) at "
                      "the same indices",
           "first elements": "the hash of the first elements the pipeline yields (a list "
@@ -223,7 +225,7 @@ def _unsorted(described: dict[int, dict[str, Any]]) -> str:
 def _own_files(found: list[tuple[str, str]]) -> str:
     """The fix where the processes' file names or source rows differ: each may list its own
     host's files on purpose."""
-    if not {key for key, _ in found} & {"file names", LABELS["source rows"]}:
+    if not {key for key, _ in found} & {"file names", LABELS["source rows"], LABELS["split"]}:
         return ""
     return (" If each process lists only its own files on purpose (its host's), its pipeline is "
             "its loading group's share already: pass shard=False, or a dataset_fn that builds "

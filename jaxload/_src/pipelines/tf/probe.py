@@ -23,7 +23,7 @@ Example:
   >>> ds = tf.data.Dataset.from_tensor_slices(np.arange(100))
   >>> probe = Probe(ds, plan, Sharding("elements"), batched=False, unseen=["GeneratorDataset"])
   >>> probe.described()["same"]
-  {'pipeline': None, 'source rows': '1 arrays of 100 rows, hashed ...', 'first elements': '8 hashed: ...'}
+  {'split': 'elements', 'pipeline': None, 'source rows': '1 arrays of 100 rows, hashed ...', 'first elements': '8 hashed: ...'}
 """
 
 from __future__ import annotations
@@ -70,13 +70,17 @@ class Probe:
         if self._found is None:
             same: dict[str, str | None]
             files = None
+            # how it is split first: a process that splits by files and one that falls back
+            # to elements (each host listing its own files, in other numbers) describe
+            # nothing else alike
             if sharding.mode == FILES and sharding.names is not None:
                 names = sharding.names
-                same = {"file names": f"{names.count} from {names.first!r}, hashed: "
-                                      f"{names.digest}"}
+                same = {"split": FILES, "file names": f"{names.count} from {names.first!r}, "
+                                                      f"hashed: {names.digest}"}
                 files = [names.meant, names.read]
             else:
-                same = {"pipeline": self._structure, "source rows": self._source_rows,
+                same = {"split": sharding.mode, "pipeline": self._structure,
+                        "source rows": self._source_rows,
                         "first elements": None if self._unseen == [] else self._elements()}
             self._found = Described(same, plan.shard_index, plan.shard_count,
                                     files=files).to_json()
