@@ -210,3 +210,15 @@ def test_a_check_failing_where_the_streams_differ_gives_way_to_the_difference():
     later = {0: Report(ready=2, stream=["aa", "bb"]), 1: Report(ready=2, stream=["aa", "dd"])}
     second = stream_proof.verdict(checked, later, 0)  # the checked step read the same: its own
     assert second.check_error == checked.check_error and second.count == 1
+
+
+def test_the_difference_names_a_split_of_the_users_own_among_its_causes():
+    # a pipeline the user sharded by process before jaxload: the stream differs at step 0,
+    # and the message says how to keep that split
+    from jaxload._src.protocol import Decision, Report
+    from jaxload._src.stream_proof import verdict
+
+    reports = {0: Report(ready=1, stream=["aa"]), 1: Report(ready=1, stream=["bb"])}
+    message = verdict(Decision(count=1), reports, 0).stream_diverged
+    assert "shard(jax.process_count(), jax.process_index())" in message
+    assert "pass shard=False" in message

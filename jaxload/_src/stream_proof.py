@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 CAUSES = ("a random op before the split without a seed (in a filter, an interleave, a batch "
           "later unbatched), a generator or py_function that yields another order or other "
-          "data on each process, or data or a file list that differs by host")
+          "data on each process, data or a file list that differs by host, or a split of "
+          "your own (shard(jax.process_count(), jax.process_index()): then each process's "
+          "pipeline is its share already, pass shard=False)")
 
 
 def verdict(decision: Decision, reports: dict[int, Report], step: int) -> Decision:
