@@ -164,6 +164,14 @@ def pipeline(shape: str, root: str):
         return tf.data.experimental.make_batched_features_dataset(
             str(Path(root, "four", "*.tfrecord")), batch_size=2, num_epochs=1,
             features={"id": tf.io.FixedLenFeature([], tf.int64)})
+    if shape == "host-disks":  # the same file names on each host's disk, other records in them
+        import os
+
+        import jax
+
+        os.chdir(Path(root, f"host{jax.process_index()}"))  # (run_all goes back)
+        return tf.data.TFRecordDataset(sorted(str(f) for f in Path().glob("*.tfrecord"))).map(
+            parse)
     if shape == "files-per-host-uneven":  # each host lists its own files: 2 here, 1 there
         import jax
 
@@ -209,8 +217,13 @@ def run_shape(shape: str, root: str, steps: int | None = None) -> dict:
 
 
 def run_all(root: str) -> dict:
-    return {shape: run_shape(shape, root, steps=3 if shape == "names-repeated" else None)
-            for shape in SHAPES}
+    import os
+
+    here, out = os.getcwd(), {}
+    for shape in SHAPES:
+        out[shape] = run_shape(shape, root, steps=3 if shape == "names-repeated" else None)
+        os.chdir(here)
+    return out
 
 
 SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names",
@@ -220,7 +233,8 @@ SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names"
           "names-with-labels", "names-taken", "names-numbered", "names-paired",
           "batched-features", "keras-text-default", "keras-text-seeded",
           "keras-timeseries-default", "keras-timeseries-seeded", "keras-split-default",
-          "keras-split-seeded", "csv-default", "csv-seeded", "files-per-host-uneven"]
+          "keras-split-seeded", "csv-default", "csv-seeded", "files-per-host-uneven",
+          "host-disks"]
 BATCHED = {"batched-features"}  # batched by the pipeline to the local batch size
 
 
@@ -231,6 +245,8 @@ def root(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("meaning")
     write_files(root / "four", SIZES)
     write_files(root / "two", LONG)
+    write_files(root / "host0", [3, 3])  # the same names as host1's, other records
+    write_files(root / "host1", [5, 2])
     (root / "cache").mkdir()
     tf.data.Dataset.range(24).save(str(root / "saved"))
     for name in "ab":
@@ -323,6 +339,14 @@ def test_files_listed_per_host_in_other_numbers_are_refused_not_split_two_ways(r
     # half of its own, 6 of 9 records lost with no word, were the splits not compared
     refused(runs["files-per-host-uneven"], "how jaxload splits it", '"files" on process [0]',
             '"elements" on process [1]', "pass shard=False")
+
+
+@pytest.mark.cluster
+def test_the_same_file_names_on_each_hosts_disk_with_other_records_are_refused(runs):
+    # split by files, each group would read its files from its own disk: part-000 of one
+    # host and part-001 of the other, the rest never
+    refused(runs["host-disks"], "the sizes of the first files the pipeline names",
+            "pass shard=False")
 
 
 @pytest.mark.cluster

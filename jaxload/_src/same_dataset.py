@@ -25,6 +25,9 @@ MAX_VALUES = 4  # distinct values named per field in a message (the others count
 MAX_MESSAGE = 2000  # characters of the refusal every process reads from the store
 LABELS = {"split": "how jaxload splits it (by files where a process finds at least one file "
                    "for each loading group, else by elements)",
+          "local files": "the sizes of the first files the pipeline names, on each host's "
+                         "disk (a disk that holds other files under the same names on each "
+                         "host differs here)",
           "elements": "the hash of a few elements at the same indices",
           "yielded": "the hash of a few elements as the pipeline yields them (after its maps) at "
                      "the same indices",
@@ -225,7 +228,8 @@ def _unsorted(described: dict[int, dict[str, Any]]) -> str:
 def _own_files(found: list[tuple[str, str]]) -> str:
     """The fix where the processes' file names or source rows differ: each may list its own
     host's files on purpose."""
-    if not {key for key, _ in found} & {"file names", LABELS["source rows"], LABELS["split"]}:
+    if not {key for key, _ in found} & {"file names", LABELS["source rows"], LABELS["split"],
+                                        LABELS["local files"]}:
         return ""
     return (" If each process lists only its own files on purpose (its host's), its pipeline is "
             "its loading group's share already: pass shard=False, or a dataset_fn that builds "

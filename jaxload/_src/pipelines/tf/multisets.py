@@ -26,9 +26,11 @@ from jaxload._src.pipelines.tf.graph import READERS, dataset_inputs
 from jaxload._src.pipelines.tf.names import (
     _BATCH,
     _ONE_BY_ONE,
+    HEAD,
     LIMIT,
     FileNames,
     _flat,
+    _named,
     _names,
     _text,
     inserted_shards,
@@ -121,7 +123,7 @@ def _read_once(names: Any, groups: int, group: int) -> FileNames | None:
     import tensorflow as tf
 
     digest = hashlib.blake2b(digest_size=8)
-    count, first = 0, ""
+    count, head = 0, []
     sums = [0, 0, 0, 0]  # meant: names, sum of XXH3; read: names, sum of XXH3
     alone = len(tf.nest.flatten(names.element_spec)) == 1
     fixed = all(spec.shape.is_fully_defined() for spec in tf.nest.flatten(names.element_spec))
@@ -137,8 +139,7 @@ def _read_once(names: Any, groups: int, group: int) -> FileNames | None:
     for value in names:  # as _hash_names reads them: one by one, then in batches
         flat = _flat(value)
         if count < _ONE_BY_ONE:
-            first = first or next((v.decode(errors="replace") for v in flat
-                                   if type(v) is bytes), "")
+            head.extend(_named(flat, HEAD - len(head)))
         digest.update(b"\0".join(flat) + b"\0")
         add([np.asarray(p).reshape(1, -1) for p in tf.nest.flatten(value)], count)
         count += 1
@@ -154,8 +155,9 @@ def _read_once(names: Any, groups: int, group: int) -> FileNames | None:
     digest.update(b"|")
     if count > LIMIT or sums[0] > LIMIT:  # the three readings stop there: read them apart
         return None
-    return FileNames(count, digest.hexdigest(), first, read=f"{sums[2]}:{sums[3] % 2**64:016x}",
-                     meant=f"{sums[0]}:{sums[1] % 2**64:016x}")
+    return FileNames(count, digest.hexdigest(), head[0] if head else "",
+                     read=f"{sums[2]}:{sums[3] % 2**64:016x}",
+                     meant=f"{sums[0]}:{sums[1] % 2**64:016x}", head=tuple(head))
 
 
 def _items(parts: list[np.ndarray], i: int, alone: bool) -> list[bytes]:

@@ -34,6 +34,7 @@ LIMIT = 1_000_000  # names counted at most (a longer list is "at least" this lon
 _BATCH = 4096  # names read from tf.data at once, after the first _ONE_BY_ONE (one by one:
 # each new op on a dataset rebuilt from a graph costs tf.data about 20 ms to set up; a next() 0.1-0.2 ms)
 _ONE_BY_ONE = 64
+HEAD = 8  # the first names kept, whose files are sampled (same_dataset compares their sizes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,7 @@ class FileNames:
       read: the names this loading group's reads are given, as a multiset
         (:func:`~jaxload._src.pipelines.tf.multisets.names_read`).
       meant: the names the pipeline's reads are given unsharded, as a multiset.
+      head: the first names (``HEAD`` at most), whose files the processes compare.
     """
 
     count: int
@@ -56,6 +58,7 @@ class FileNames:
     repeated: bool = False
     read: str | None = None
     meant: str | None = None
+    head: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
 
 def file_names(graph: Any) -> FileNames | None:
@@ -63,26 +66,26 @@ def file_names(graph: Any) -> FileNames | None:
     ``graph`` (the rewritten pipeline's ``GraphDef``, left as it is); None where it inserted
     none."""
     nodes = {node.name: node for node in graph.node}
-    counts, first, repeated = [], "", False
+    counts, head, repeated = [], [], False
     digest = hashlib.blake2b(digest_size=8)
     for name in inserted_shards(graph):
         start = nodes[name].input[0].split(":")[0]
         while nodes[start].op == "RepeatDataset":  # counted once, not over every repetition
             start, repeated = nodes[start].input[0].split(":")[0], True
-        count, head = _hash_names(_names(graph, start, nodes[name]), digest)
+        count, names = _hash_names(_names(graph, start, nodes[name]), digest)
         counts.append(count)
-        first = first or head
+        head = head or names
     if not counts:
         return None
-    return FileNames(min(counts), digest.hexdigest(), first, repeated)
+    return FileNames(min(counts), digest.hexdigest(), head[0] if head else "", repeated,
+                     head=tuple(head))
 
 
 def _text(values: np.ndarray) -> list[bytes]:
     """``values`` (an array) as bytes, in order: names as they are, other values by their
     text."""
-    if values.dtype == object:
-        return [v if type(v) is bytes else str(v).encode() for v in values.reshape(-1)]
-    return [str(v).encode() for v in values.reshape(-1).tolist()]
+    items = values.reshape(-1) if values.dtype == object else values.reshape(-1).tolist()
+    return [v if type(v) is bytes else str(v).encode() for v in items]
 
 
 def inserted_shards(graph: Any) -> list[str]:
@@ -110,16 +113,17 @@ def _names(graph: Any, start: str, shard: Any) -> Any:
     return dataset
 
 
-def _hash_names(names: Any, digest: Any) -> tuple[int, str]:
-    """``(count, first name)`` of ``names``, each name added to ``digest``; at most
+def _hash_names(names: Any, digest: Any) -> tuple[int, list[str]]:
+    """``(count, the first names)`` of ``names`` (``HEAD`` at most), each name added to
+    ``digest``; at most
     :data:`LIMIT`. The first :data:`_ONE_BY_ONE` are read one by one (new ops on a dataset
     rebuilt from a graph cost tf.data about 20 ms to set up), the rest in batches."""
     import tensorflow as tf
 
-    count, first = 0, ""
+    count, head = 0, []
     for value in names:
         flat = _flat(value)
-        first = first or next((v.decode(errors="replace") for v in flat if type(v) is bytes), "")
+        head.extend(_named(flat, HEAD - len(head)))
         digest.update(b"\0".join(flat) + b"\0")
         count += 1
         if count == _ONE_BY_ONE:
@@ -135,7 +139,13 @@ def _hash_names(names: Any, digest: Any) -> tuple[int, str]:
             digest.update(b"\0".join(_flat(value)) + b"\0")
             count += 1
     digest.update(b"|")
-    return count, first
+    return count, head
+
+
+def _named(flat: list[bytes], n: int) -> list[str]:
+    """The first ``n`` names among ``flat`` (the bytes of one element: its names, and other
+    values by their text), decoded."""
+    return [v.decode(errors="replace") for v in flat if type(v) is bytes][:max(n, 0)]
 
 
 def _flat(value: Any) -> list[bytes]:

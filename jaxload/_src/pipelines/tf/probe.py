@@ -22,8 +22,11 @@ Example:
   ...     global_batch_size=8, process_index=0)
   >>> ds = tf.data.Dataset.from_tensor_slices(np.arange(100))
   >>> probe = Probe(ds, plan, Sharding("elements"), batched=False, unseen=["GeneratorDataset"])
-  >>> probe.described()["same"]
-  {'split': 'elements', 'pipeline': None, 'source rows': '1 arrays of 100 rows, hashed ...', 'first elements': '8 hashed: ...'}
+  >>> same = probe.described()["same"]
+  >>> same["split"], same["pipeline"], same["source rows"]
+  ('elements', None, '1 arrays of 100 rows, hashed ...')
+  >>> same["first elements"]
+  '8 hashed: ...'
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import os
 from typing import Any
 
 import numpy as np
@@ -44,6 +48,19 @@ from jaxload._src.same_dataset import Described
 
 ELEMENTS_HASHED = 16  # at most, split by elements (fewer where a global batch is smaller)
 _BATCHES_HASHED = 4  # elements that are batches already (batched=True)
+
+
+def _local_sizes(names: tuple[str, ...]) -> str | None:
+    """The sizes of those of ``names`` that are files on this host's disk (paths without a
+    scheme such as ``gs://``: each host's disk may hold other files under the same names), or
+    None where none is.
+
+    Example:
+      >>> _local_sizes(("gs://bucket/part-0",)) is None
+      True
+    """
+    sizes = [os.path.getsize(name) for name in names if "://" not in name and os.path.isfile(name)]
+    return f"{len(sizes)} of the first files, of {sizes} bytes" if sizes else None
 
 
 class Probe:
@@ -76,7 +93,8 @@ class Probe:
             if sharding.mode == FILES and sharding.names is not None:
                 names = sharding.names
                 same = {"split": FILES, "file names": f"{names.count} from {names.first!r}, "
-                                                      f"hashed: {names.digest}"}
+                                                      f"hashed: {names.digest}",
+                        "local files": _local_sizes(names.head)}
                 files = [names.meant, names.read]
             else:
                 same = {"split": sharding.mode, "pipeline": self._structure,
