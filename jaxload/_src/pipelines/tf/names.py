@@ -66,7 +66,8 @@ def file_names(graph: Any) -> FileNames | None:
     ``graph`` (the rewritten pipeline's ``GraphDef``, left as it is); None where it inserted
     none."""
     nodes = {node.name: node for node in graph.node}
-    counts, head, repeated = [], [], False
+    counts, repeated = [], False
+    head: list[str] = []
     digest = hashlib.blake2b(digest_size=8)
     for name in inserted_shards(graph):
         start = nodes[name].input[0].split(":")[0]
@@ -120,7 +121,7 @@ def _hash_names(names: Any, digest: Any) -> tuple[int, list[str]]:
     rebuilt from a graph cost tf.data about 20 ms to set up), the rest in batches."""
     import tensorflow as tf
 
-    count, head = 0, []
+    count, head = 0, list[str]()
     for value in names:
         flat = _flat(value)
         head.extend(_named(flat, HEAD - len(head)))
