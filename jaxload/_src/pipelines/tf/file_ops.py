@@ -133,16 +133,19 @@ def blocking(graph: Any) -> Blocking | None:
 
 _ON_NAMES = ("TensorFlow's file sharding moves a shuffle of the file names after the split it "
              "inserts, so the {call} would apply to the names in their listed order instead of "
-             "the shuffled one (another subset of the files)")
-_COUNTS = frozenset({"TakeDataset", "SkipDataset", "ShardDataset", "TakeWhileDataset"})
+             "the shuffled one (another subset of the files, or other pairs)")
+# ops whose result depends on the names' order: counted, or numbered and paired by position
+_COUNTS = frozenset({"TakeDataset", "SkipDataset", "ShardDataset", "TakeWhileDataset",
+                     "ZipDataset"})
 _SHUFFLES = frozenset({"ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3",
                        "ShuffleAndRepeatDataset", "ShuffleAndRepeatDatasetV2"})
 
 
 def _names_ops(nodes: dict[str, Any], reading: dict[str, int]) -> list[str]:
-    """The ops that count the file names (``take``, ``skip``, ``shard``) over a shuffle of them,
-    between where they are listed and the interleave (or flat_map) that reads them: TensorFlow's
-    file sharding moves the shuffle below them (``list_files(shuffle=True).take(n)``)."""
+    """The ops that count the file names (``take``, ``skip``, ``shard``) or number or pair them
+    by position (``enumerate``, ``zip``) over a shuffle of them, between where they are listed
+    and the interleave (or flat_map) that reads them: TensorFlow's file sharding moves the
+    shuffle below them (``list_files(shuffle=True).take(n)``)."""
     found = []
     for name, depth in reading.items():
         if depth != 0 or nodes[name].op in READERS:  # not a read of the files its input names
@@ -156,8 +159,24 @@ def _names_ops(nodes: dict[str, Any], reading: dict[str, int]) -> list[str]:
             elif node.op in _SHUFFLES and counting:
                 found.append(counting[0])
                 break
-            chain = dataset_inputs(node, nodes)[:1]
+            inputs = dataset_inputs(node, nodes)  # a zip: on, through its shuffled input
+            chain = [next((i for i in inputs if _shuffled(i, nodes)), inputs[0])] if (
+                node.op == "ZipDataset" and inputs) else inputs[:1]
     return found
+
+
+def _shuffled(name: str, nodes: dict[str, Any]) -> bool:
+    """Whether a shuffle is under node ``name`` (the node itself included)."""
+    todo, seen = [name], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if nodes[current].op in _SHUFFLES:
+            return True
+        todo.extend(dataset_inputs(nodes[current], nodes))
+    return False
 
 
 def _why_blocked(node: Any, inputs: list[str], reading: dict[str, int],
