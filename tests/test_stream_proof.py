@@ -222,3 +222,31 @@ def test_the_difference_names_a_split_of_the_users_own_among_its_causes():
     message = verdict(Decision(count=1), reports, 0).stream_diverged
     assert "shard(jax.process_count(), jax.process_index())" in message
     assert "pass shard=False" in message
+
+
+def test_a_grain_elements_fingerprint_hashes_its_leaves_as_fingerprints_add_does():
+    # the fast path (a contiguous leaf) hashes the very bytes fingerprints.add hashes
+    import jax
+    import xxhash
+
+    from jaxload._src.fingerprints import add
+    from jaxload._src.pipelines.grain.iter_dataset import _structure, element_print
+
+    def reference(element):
+        leaves, treedef = jax.tree_util.tree_flatten(element)
+        h = xxhash.xxh3_64(_structure(treedef))
+        for leaf in map(np.asarray, leaves):
+            if leaf.dtype.hasobject:
+                h.update(f"{leaf.dtype}{leaf.shape}".encode())
+            else:
+                add(h, leaf)
+        return h.digest()
+
+    pair = np.dtype([("a", "<i4"), ("b", "<f8")])
+    leaves = [np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(6).reshape(2, 3).T,
+              np.float16(2.5), np.bool_(True), np.array(3 + 4j), np.arange(4, dtype=">i4"),
+              np.array(["2026-11-28"], "datetime64[D]"), np.array([5], "timedelta64[s]"),
+              np.zeros(3, pair), np.zeros((0, 2), np.int8), np.array(["a"], object)]
+    for leaf in leaves:
+        element = {"x": leaf, "id": np.int64(7)}
+        assert element_print(element) == reference(element), leaf.dtype

@@ -23,11 +23,11 @@ from jaxload._src.whereabouts import ranges
 ALL, GROUP = "all", "group"  # compared between every process, or within a loading group only
 MAX_VALUES = 4  # distinct values named per field in a message (the others counted)
 MAX_MESSAGE = 2000  # characters of the refusal every process reads from the store
-LABELS = {"split": "how jaxload splits it (by files where a process finds at least one file "
-                   "for each loading group, else by elements)",
+LABELS = {"split": "how jaxload splits it (by files or by elements, as each process decided "
+                   "from its own pipeline and files)",
           "local files": "the sizes of the first files the pipeline names, on each host's "
-                         "disk (a disk that holds other files under the same names on each "
-                         "host differs here)",
+                         "disk (other files under the same names on each host's disk show here "
+                         "where their sizes differ)",
           "elements": "the hash of a few elements at the same indices",
           "yielded": "the hash of a few elements as the pipeline yields them (after its maps) at "
                      "the same indices",

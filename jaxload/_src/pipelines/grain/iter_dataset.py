@@ -197,7 +197,7 @@ def element_print(element: Any) -> bytes:
             h.update(f"{leaf.dtype}{leaf.shape}".encode())
         elif leaf.flags.c_contiguous:  # what fingerprints.add hashes, a third faster a row
             h.update(_header(leaf.dtype, leaf.shape))
-            h.update(leaf.data)
+            h.update(leaf.reshape(-1).view(np.uint8))  # (bytes of any dtype, no copy)
         else:
             add(h, leaf)  # its dtype, shape and bytes
     return h.digest()

@@ -78,7 +78,8 @@ class InMemory:
         while type(node).__name__ in _ABOVE and kind == "one_to_one":
             node = op[0]
             kind, op = compat.tf_op(node)
-        if shuffle := op if kind == "shuffle" else None:
+        shuffle = op if kind == "shuffle" else None
+        if shuffle is not None:
             node, buffer = shuffle[0], shuffle[1]
             kind, op = compat.tf_op(node)
         if kind != "slices" or not all(

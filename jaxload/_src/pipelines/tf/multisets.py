@@ -123,7 +123,8 @@ def _read_once(names: Any, groups: int, group: int) -> FileNames | None:
     import tensorflow as tf
 
     digest = hashlib.blake2b(digest_size=8)
-    count, head = 0, list[str]()
+    count = 0
+    head: list[str] = []
     sums = [0, 0, 0, 0]  # meant: names, sum of XXH3; read: names, sum of XXH3
     alone = len(tf.nest.flatten(names.element_spec)) == 1
     fixed = all(spec.shape.is_fully_defined() for spec in tf.nest.flatten(names.element_spec))

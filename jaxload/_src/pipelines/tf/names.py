@@ -121,7 +121,8 @@ def _hash_names(names: Any, digest: Any) -> tuple[int, list[str]]:
     rebuilt from a graph cost tf.data about 20 ms to set up), the rest in batches."""
     import tensorflow as tf
 
-    count, head = 0, list[str]()
+    count = 0
+    head: list[str] = []
     for value in names:
         flat = _flat(value)
         head.extend(_named(flat, HEAD - len(head)))

@@ -59,7 +59,13 @@ def _local_sizes(names: tuple[str, ...]) -> str | None:
       >>> _local_sizes(("gs://bucket/part-0",)) is None
       True
     """
-    sizes = [os.path.getsize(name) for name in names if "://" not in name and os.path.isfile(name)]
+    sizes = []
+    for name in names:
+        try:
+            if "://" not in name and os.path.isfile(name):
+                sizes.append(os.path.getsize(name))
+        except OSError:  # gone, or not readable, since it was listed: not sampled
+            continue
     return f"{len(sizes)} of the first files, of {sizes} bytes" if sizes else None
 
 

@@ -155,7 +155,9 @@ def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, whole: Any, shown: Shown
                                           tf.data.experimental.AutoShardPolicy.FILE)
     except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as e:
         shown = dataclasses.replace(shown, cannot_find=str(getattr(e, "message", e)))
-        return why_not_files(shown, groups), None, NOT_SPLIT
+        why_not = why_not_files(shown, groups)
+        assert why_not is not None  # (cannot_find always says why)
+        return why_not, None, NOT_SPLIT
     names = names_at_once(rewritten, whole, groups, plan.shard_index) or file_names(rewritten)
     shown = dataclasses.replace(shown, names_read=True,
                                 files=None if names is None else names.count)
