@@ -6,8 +6,7 @@ are given the user's dataset, stay in few modules and rarely climb back up."""
 
 from __future__ import annotations
 
-import ast
-import importlib
+import functools
 import sys
 
 import pytest
@@ -110,22 +109,17 @@ class CallsGiven:
             self._open.append(frame)
 
 
-def _imports(module: str) -> set[str]:
-    """The modules (and module.name) that ``module`` imports."""
-    tree = ast.parse(open(importlib.import_module(module).__file__).read())
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return found
+@functools.cache
+def _imported() -> dict[str, set[str]]:
+    """Each jaxload module's imports of jaxload modules (test_architecture's graph)."""
+    from test_architecture import import_graph, package_modules
+
+    return import_graph(package_modules())
 
 
 def _imported_by(module: str, importer: str) -> bool:
     return any(module == m or module.startswith(f"{m}.")
-               for m in _imports(importer) - {"jaxload", "jaxload._src"})
+               for m in _imported().get(importer, set()) - {"jaxload", "jaxload._src"})
 
 
 def walk(modules: list[str], calls: list[tuple[str | None, str]]

@@ -140,7 +140,7 @@ def _read_once(names: Any, groups: int, group: int) -> FileNames | None:
     for value in names:  # as _hash_names reads them: one by one, then in batches
         flat = _flat(value)
         if count < _ONE_BY_ONE:
-            head.extend(_named(flat, HEAD - len(head)))
+            head.extend(_named(flat, HEAD - len(head)) if len(head) < HEAD else ())
         digest.update(b"\0".join(flat) + b"\0")
         add([np.asarray(p).reshape(1, -1) for p in tf.nest.flatten(value)], count)
         count += 1

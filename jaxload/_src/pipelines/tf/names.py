@@ -125,7 +125,7 @@ def _hash_names(names: Any, digest: Any) -> tuple[int, list[str]]:
     head: list[str] = []
     for value in names:
         flat = _flat(value)
-        head.extend(_named(flat, HEAD - len(head)))
+        head.extend(_named(flat, HEAD - len(head)) if len(head) < HEAD else ())
         digest.update(b"\0".join(flat) + b"\0")
         count += 1
         if count == _ONE_BY_ONE:
@@ -147,7 +147,7 @@ def _hash_names(names: Any, digest: Any) -> tuple[int, list[str]]:
 def _named(flat: list[bytes], n: int) -> list[str]:
     """The first ``n`` names among ``flat`` (the bytes of one element: its names, and other
     values by their text), decoded."""
-    return [v.decode(errors="replace") for v in flat if type(v) is bytes][:max(n, 0)]
+    return [v.decode(errors="replace") for v in flat if type(v) is bytes][:n]
 
 
 def _flat(value: Any) -> list[bytes]:
