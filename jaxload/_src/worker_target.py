@@ -42,11 +42,18 @@ def check_not_loading(what: str) -> None:
 
 def function_at(source: str, qualname: str) -> Any:
     """The function ``qualname`` of the file ``source``, loaded as a new module (its own helper
-    modules, next to it, are importable)."""
+    modules, next to it, are importable). The module takes the file's own name where no other
+    module holds it, so that what the process pickles by reference (a Grain ``DataLoader``'s
+    source and operations, for its worker processes) is found again by that name."""
     folder = str(Path(source).parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(f"_jaxload_target_{Path(source).stem}", source)
+    name = Path(source).stem
+    held = getattr(sys.modules.get(name), "__file__", None)
+    if name in sys.modules and not (held and Path(held).resolve() == Path(source).resolve()) or (
+            not name.isidentifier()):
+        name = f"_jaxload_target_{name}"
+    spec = importlib.util.spec_from_file_location(name, source)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {source} as a module")
     module = importlib.util.module_from_spec(spec)
