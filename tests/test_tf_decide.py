@@ -13,6 +13,8 @@ from jaxload._src.pipelines.tf.decide import (
     TRY_FILES,
     Shown,
     fallback,
+    group_refusal,
+    order_refusal,
     start,
     why_not_files,
 )
@@ -77,6 +79,17 @@ def test_a_pipeline_that_cannot_be_split_by_files_is_refused_or_warned_of():
     warning = fallback(why, "auto", 4)
     assert warning.startswith("from_tf_data(shard='auto') shards this pipeline by elements")
     assert "keeps 1/4 of them. Not by files: it reads 3 files" in warning
+
+
+def test_an_order_that_can_differ_is_refused_naming_the_split_and_the_reasons():
+    assert order_refusal(ELEMENTS, 2, ["a shuffle without a seed", "a generator"]) == (
+        "from_tf_data shards this pipeline by elements (each process keeps 1 element in 2 of "
+        "its own order), but that order can differ between processes, which would deliver some "
+        "records twice and others never: a shuffle without a seed; a generator")
+    assert "at your shard(SHARD_HINT)" in order_refusal(HINT, 2, ["x"])
+    assert group_refusal([0, 1], ["a random op"]) == (
+        "processes [0, 1] form one loading group and must read identical rows, but this "
+        "pipeline can give each of them other rows: a random op")
 
 
 def test_the_decision_imports_no_tensorflow():

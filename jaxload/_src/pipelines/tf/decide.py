@@ -1,6 +1,7 @@
 """How a tf.data pipeline is split over the loading groups, decided from what its graph shows:
 plain functions of a :class:`Shown` (no TensorFlow runs here), and every message that explains
-or refuses the choice. :mod:`~jaxload._src.pipelines.tf.split` reads the facts and builds the
+or refuses the choice, an order that can differ between processes included
+(:mod:`~jaxload._src.pipelines.tf.order` finds what makes it so). :mod:`~jaxload._src.pipelines.tf.split` reads the facts and builds the
 share; this module decides.
 
 The facts come in stages, each read only where the ones before leave the choice open: what the
@@ -115,3 +116,24 @@ def fallback(why_not: str, shard: str, groups: int) -> str:
             f"1/{groups} of them. Not by files: {why_not}. shard='elements' says reading "
             "everything is meant (and silences this warning)")
 
+
+
+def order_refusal(mode: str, groups: int, reasons: list[str]) -> str:
+    """Why a split in ``mode`` is refused where the order it splits can differ between
+    processes (``reasons``: what in the graph makes it so)."""
+    where = {ELEMENTS: f"by elements (each process keeps 1 element in {groups} of its own "
+                       "order)",
+             FILES: "by files (each loading group keeps its share of the file names in their "
+                    "order on its own processes)",
+             HINT: "at your shard(SHARD_HINT) (each loading group keeps its share of the "
+                   "elements before it, in their order on its own processes)"}
+    return (f"from_tf_data shards this pipeline {where[mode]}, but that order can differ "
+            "between processes, which would deliver some records twice and others never: "
+            f"{'; '.join(reasons)}")
+
+
+def group_refusal(group: list[int], reasons: list[str]) -> str:
+    """Why a pipeline is refused where the processes of one loading group must read identical
+    rows and it can give each of them others (``reasons``)."""
+    return (f"processes {group} form one loading group and must read identical rows, but this "
+            f"pipeline can give each of them other rows: {'; '.join(reasons)}")

@@ -23,7 +23,7 @@ import random
 from typing import Any
 
 from jaxload._src import compat
-from jaxload._src.pipelines.tf.decide import ELEMENTS, FILES, HINT
+from jaxload._src.pipelines.tf.decide import ELEMENTS, group_refusal, order_refusal
 from jaxload._src.pipelines.tf.file_ops import KEEP
 from jaxload._src.pipelines.tf.graph import (
     INTERLEAVES,
@@ -87,21 +87,10 @@ def check_same_order(graph: DatasetGraph, sharding: Sharding, plan: Plan) -> Non
     before = graph if sharding.mode == ELEMENTS else sharding.before
     order = order_varying(before) if before is not None and plan.shard_count > 1 else []
     if order:
-        where = {ELEMENTS: f"by elements (each process keeps 1 element in {plan.shard_count} "
-                           "of its own order)",
-                 FILES: "by files (each loading group keeps its share of the file names in "
-                        "their order on its own processes)",
-                 HINT: "at your shard(SHARD_HINT) (each loading group keeps its share of the "
-                       "elements before it, in their order on its own processes)"}
-        raise ValueError(
-            f"from_tf_data shards this pipeline {where[sharding.mode]}, but that order can differ "
-            "between processes, which would deliver some records twice and others never: "
-            f"{'; '.join(order)}")
+        raise ValueError(order_refusal(sharding.mode, plan.shard_count, order))
     varying = order_varying(graph) + value_varying(graph)
     if varying and len(group) > 1:
-        raise ValueError(
-            f"processes {list(group)} form one loading group and must read identical rows, but "
-            f"this pipeline can give each of them other rows: {'; '.join(varying)}")
+        raise ValueError(group_refusal(list(group), varying))
 
 
 def value_varying(graph: DatasetGraph) -> list[str]:
