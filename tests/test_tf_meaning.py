@@ -99,6 +99,13 @@ def pipeline(shape: str, root: str):
         return tf.data.Dataset.range(4).interleave(
             lambda i: tf.data.Dataset.range(10 * i, 10 * i + 6),
             cycle_length=1 + jax.process_index()).map(lambda i: {"id": i})
+    if shape == "hint-cycle-by-process":  # the same, split at the user's SHARD_HINT
+        import jax
+
+        hint = tf.data.experimental.SHARD_HINT
+        return tf.data.Dataset.range(4).interleave(
+            lambda i: tf.data.Dataset.range(10 * i, 10 * i + 6),
+            cycle_length=1 + jax.process_index()).shard(hint, hint).map(lambda i: {"id": i})
     if shape == "load-default":
         return tf.data.Dataset.load(str(Path(root, "saved"))).map(lambda i: {"id": i})
     if shape == "load-ordered":
@@ -241,7 +248,7 @@ SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names"
           "batched-features", "keras-text-default", "keras-text-seeded",
           "keras-timeseries-default", "keras-timeseries-seeded", "keras-split-default",
           "keras-split-seeded", "csv-default", "csv-seeded", "files-per-host-uneven",
-          "host-disks", "names-scanned"]
+          "host-disks", "names-scanned", "hint-cycle-by-process"]
 BATCHED = {"batched-features"}  # batched by the pipeline to the local batch size
 
 
@@ -424,7 +431,8 @@ def test_an_order_that_can_differ_between_processes_is_refused_from_the_graph(ru
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("shape, what", [("generated-names", "file names"),
-                                         ("cycle-by-process", "interleave cycle lengths")])
+                                         ("cycle-by-process", "interleave cycle lengths"),
+                                         ("hint-cycle-by-process", "interleave cycle lengths")])
 def test_an_order_the_graph_cannot_show_is_refused_at_the_first_round(runs, shape, what):
     refused(runs[shape], "the processes shard different datasets", what, "process [0]",
             "process [1]", *(["the same file names, in another order", "sort them"]

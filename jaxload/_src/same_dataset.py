@@ -23,8 +23,8 @@ from jaxload._src.whereabouts import ranges
 ALL, GROUP = "all", "group"  # compared between every process, or within a loading group only
 MAX_VALUES = 4  # distinct values named per field in a message (the others counted)
 MAX_MESSAGE = 2000  # characters of the refusal every process reads from the store
-LABELS = {"split": "how jaxload splits it (by files or by elements, as each process decided "
-                   "from its own pipeline and files)",
+LABELS = {"split": "how jaxload splits it (by files, by elements or at a shard(SHARD_HINT), as "
+                   "each process decided from its own pipeline and files)",
           "local files": "the sizes of the first files the pipeline names, on each host's "
                          "disk (other files under the same names on each host's disk show here "
                          "where their sizes differ)",

@@ -12,8 +12,8 @@ show the order (:func:`~jaxload._src.pipelines.tf.order.unseen_order`) the first
 whole pipeline, read once per loader from its start with a second iterator
 (:data:`ELEMENTS_HASHED` at most: benchmarks/order_check.py gives the cost), and always the
 pipeline's structure (:func:`~jaxload._src.pipelines.tf.order.structure`: an
-interleave's cycle length set from the CPU count shows there). They must be equal on every
-process.
+interleave's cycle length set from the CPU count shows there); split at the user's
+``SHARD_HINT``, that structure only. They must be equal on every process.
 
 Example:
   >>> import tensorflow as tf
@@ -41,7 +41,7 @@ import numpy as np
 import xxhash
 
 from jaxload._src import compat, fingerprints
-from jaxload._src.pipelines.tf.decide import ELEMENTS, FILES
+from jaxload._src.pipelines.tf.decide import ELEMENTS, FILES, HINT
 from jaxload._src.pipelines.tf.split import Sharding
 from jaxload._src.plan import Plan
 from jaxload._src.same_dataset import Described
@@ -88,7 +88,7 @@ class Probe:
         computed once per loader, before its first pass's first round (the same whatever the
         pass's ``seed``)."""
         plan, sharding = self._plan, self._sharding
-        if plan.shard_count == 1 or sharding.mode not in (FILES, ELEMENTS):
+        if plan.shard_count == 1 or sharding.mode not in (FILES, ELEMENTS, HINT):
             return None
         if self._found is None:
             same: dict[str, str | None]
@@ -102,6 +102,8 @@ class Probe:
                                                       f"hashed: {names.digest}",
                         "local files": _local_sizes(names.head)}
                 files = [names.meant, names.read]
+            elif sharding.mode == HINT:  # the user's split: how, and over what ops
+                same = {"split": HINT, "pipeline": self._structure}
             else:
                 same = {"split": sharding.mode, "pipeline": self._structure,
                         "source rows": self._source_rows,
