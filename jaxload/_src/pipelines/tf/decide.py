@@ -1,8 +1,9 @@
 """How a tf.data pipeline is split over the loading groups, decided from what its graph shows:
 plain functions of a :class:`Shown` (no TensorFlow runs here), and every message that explains
 or refuses the choice, an order that can differ between processes included
-(:mod:`~jaxload._src.pipelines.tf.order` finds what makes it so). :mod:`~jaxload._src.pipelines.tf.split` reads the facts and builds the
-share; this module decides.
+(:mod:`~jaxload._src.pipelines.tf.order` finds what makes it so).
+:mod:`~jaxload._src.pipelines.tf.split` reads the facts and builds the share; this module
+decides.
 
 The facts come in stages, each read only where the ones before leave the choice open: what the
 graph read at the build shows (hints, file reads, what follows them), then TensorFlow's file
