@@ -197,7 +197,10 @@ def element_print(element: Any) -> bytes:
             h.update(f"{leaf.dtype}{leaf.shape}".encode())
         elif leaf.flags.c_contiguous:  # what fingerprints.add hashes, a third faster a row
             h.update(_header(leaf.dtype, leaf.shape))
-            h.update(leaf.reshape(-1).view(np.uint8))  # (bytes of any dtype, no copy)
+            try:
+                h.update(leaf)  # its buffer: the same bytes, without a view made first
+            except (TypeError, ValueError, BufferError):  # a dtype no buffer holds (datetime64)
+                h.update(leaf.reshape(-1).view(np.uint8))
         else:
             add(h, leaf)  # its dtype, shape and bytes
     return h.digest()
