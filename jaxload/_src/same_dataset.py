@@ -31,9 +31,10 @@ LABELS = {"split": "how jaxload splits it (by files, by elements or at a shard(S
           "elements": "the hash of a few elements at the same indices",
           "yielded": "the hash of a few elements as the pipeline yields them (after its maps) at "
                      "the same indices",
-          "first elements": "the hash of the first elements the pipeline yields (a list "
-                            "shuffled in Python without a seed differs by process, e.g. Keras's "
-                            "*_dataset_from_directory with seed=None: pass seed=)",
+          "first elements": "the hash of the first elements the pipeline yields (tf.data: under "
+                            "its last maps; a list shuffled in Python without a seed differs by "
+                            "process, e.g. Keras's *_dataset_from_directory with seed=None: pass "
+                            "seed=)",
           "sampler": "the sampler (without its shard options)",
           "source_length": "the source's length", "records": "the hash of a few source records",
           "produced": "the hash of what the operations make of a few source records",

@@ -142,14 +142,20 @@ class Probe:
         return f"{len(tensors)} arrays of {rows} rows, hashed {digest.hexdigest()}"
 
     def _elements(self) -> str:
-        """A hash of the pipeline's first elements, read from its start."""
+        """A hash of the pipeline's first elements, read from its start under its trailing
+        ``map``\\ s (a random augmentation there draws other values on each process, on the
+        same rows)."""
         import tensorflow as tf
 
         n = _BATCHES_HASHED if self._batched else min(ELEMENTS_HASHED,
                                                       self._plan.global_batch_size)
+        ds = self._ds
+        while (peeled := compat.tf_one_to_one(ds)) is not None:
+            ds = peeled[0]
+        ds = ds.with_options(self._ds.options())  # the user's, as the pipeline runs them
         digest = hashlib.blake2b(digest_size=8)
         count = 0
-        for element in itertools.islice(self._ds.as_numpy_iterator(), n):  # no ops added
+        for element in itertools.islice(ds.as_numpy_iterator(), n):  # no ops added
             for leaf in tf.nest.flatten(element):
                 array = np.ascontiguousarray(leaf)
                 digest.update(f"{array.dtype.str}{array.shape}".encode())
