@@ -99,6 +99,9 @@ def pipeline(shape: str, root: str):
         return tf.data.Dataset.range(4).interleave(
             lambda i: tf.data.Dataset.range(10 * i, 10 * i + 6),
             cycle_length=1 + jax.process_index()).map(lambda i: {"id": i})
+    if shape == "each-twice":  # every element twice in a row: each step's blocks come in pairs
+        return tf.data.Dataset.range(20).flat_map(
+            lambda i: tf.data.Dataset.from_tensors(i).repeat(2)).map(lambda i: {"id": i})
     if shape == "cached-random-map":  # a random augmentation after a cache and a shuffle
         return tf.data.Dataset.range(40).cache().shuffle(40, seed=1).map(
             lambda i: {"id": i, "flip": tf.random.uniform([])})
@@ -200,7 +203,7 @@ def pipeline(shape: str, root: str):
 
 
 def run_shape(shape: str, root: str, steps: int | None = None) -> dict:
-    """Worker side: a loader over ``shape`` (global batch 4, padded), its steps recorded, the
+    """Worker side: a loader over ``shape`` (global batch 4 or 8, padded), its steps recorded, the
     ShardingWarnings it gave, how long it took to build; or the error and how many batches came
     before it."""
     import warnings
@@ -215,7 +218,8 @@ def run_shape(shape: str, root: str, steps: int | None = None) -> dict:
         try:
             start = time.monotonic()
             loader = jaxload.from_tf_data(pipeline(shape, root), jaxload.data_parallel(),
-                                          global_batch_size=4, remainder="pad", timeout_s=60,
+                                          global_batch_size=4 * ROWS_PER_DEVICE.get(shape, 1),
+                                          remainder="pad", timeout_s=60,
                                           on_failure="raise", batched=shape in BATCHED)
             built_s = time.monotonic() - start
             for batch in loader:
@@ -251,8 +255,10 @@ SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names"
           "batched-features", "keras-text-default", "keras-text-seeded",
           "keras-timeseries-default", "keras-timeseries-seeded", "keras-split-default",
           "keras-split-seeded", "csv-default", "csv-seeded", "files-per-host-uneven",
-          "host-disks", "names-scanned", "hint-cycle-by-process", "cached-random-map"]
+          "host-disks", "names-scanned", "hint-cycle-by-process", "cached-random-map",
+          "each-twice"]
 BATCHED = {"batched-features"}  # batched by the pipeline to the local batch size
+ROWS_PER_DEVICE = {"each-twice": 2}  # else 1 (a block of one row is never taken for a twin)
 
 
 @pytest.fixture(scope="module")
@@ -475,6 +481,14 @@ def test_a_random_map_after_a_cache_and_a_shuffle_is_delivered_exactly(runs, roo
     # the cache hides the order from the graph, so the first elements are compared: under the
     # last map, whose random draws differ by process on the same rows (it was refused)
     exactly(runs["cached-random-map"], unsharded("cached-random-map", root))
+
+
+@pytest.mark.cluster
+def test_a_stream_with_each_element_twice_is_not_taken_for_duplicate_loading(runs, root):
+    # split by elements, every group's block of a step equals another's: the stream proof shows
+    # that every process read the same elements, so the first step's check compares replicas
+    # only (it raised DuplicationError, "the processes probably loaded the same data")
+    exactly(runs["each-twice"], unsharded("each-twice", root))
 
 
 @pytest.mark.cluster

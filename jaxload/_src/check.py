@@ -177,25 +177,31 @@ def plan(layout: Layout, global_batch_size: int, *, timeout_s: float = DEFAULT_T
 
 
 def plan_and_batch(layout: Layout, global_batch_size: int, tree: GlobalBatch, *,
-                   timeout_s: float = DEFAULT_TIMEOUT_S, name: str | None = None) -> None:
-    """:func:`plan`, then :func:`batch`, in one exchange (a pass's first step)."""
-    _checked("plan-batch", lambda: plan_and_batch_records(layout, global_batch_size, tree),
+                   timeout_s: float = DEFAULT_TIMEOUT_S, name: str | None = None,
+                   distinct: bool = True) -> None:
+    """:func:`plan`, then :func:`batch`, in one exchange (a pass's first step); without
+    ``distinct``, :func:`replication` only after the plan (a split that proves its stream: rows
+    alike in two blocks are the stream's own)."""
+    _checked("plan-batch", lambda: plan_and_batch_records(layout, global_batch_size, tree,
+                                                          distinct=distinct),
              verify_plan_and_batch, timeout_s, name)
 
 
-def plan_and_batch_records(layout: Layout, global_batch_size: int, tree: GlobalBatch
-                           ) -> dict[str, Any]:
+def plan_and_batch_records(layout: Layout, global_batch_size: int, tree: GlobalBatch, *,
+                           distinct: bool = True) -> dict[str, Any]:
     """What this process reports for :func:`plan_and_batch` (JSON)."""
     return {"plan": _plan_record(layout, global_batch_size),
-            "batch": shard_records(tree, constant_flags=True)}
+            "batch": shard_records(tree, constant_flags=distinct), "distinct": distinct}
 
 
 def verify_plan_and_batch(seen: dict[int, Any]) -> None:
     """:func:`plan_and_batch`'s comparison of every process's records (``seen``: process ->
-    :func:`plan_and_batch_records`); raises a :class:`CheckError`."""
+    :func:`plan_and_batch_records`); raises a :class:`CheckError`. Row blocks are compared for
+    duplicates only where every process asked it (``"distinct"``)."""
     verify_plan({p: r["plan"] for p, r in seen.items()})
-    _verifying_shards((verify_replication, verify_distinct))(
-        {p: r["batch"] for p, r in seen.items()})
+    distinct = all(r.get("distinct", True) for r in seen.values())
+    _verifying_shards((verify_replication, verify_distinct) if distinct else (
+        verify_replication,))({p: r["batch"] for p, r in seen.items()})
 
 
 def _plan_record(layout: Layout, global_batch_size: int) -> dict[str, Any]:

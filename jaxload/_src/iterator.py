@@ -164,9 +164,12 @@ class LoaderIterator:
         # the exchanges it created stays one entry per pass
         at = f"{loop.name}.pass{context.exchange.name.ordinal}"
         try:
-            if checks == "plan+batch":
+            if checks.startswith("plan+"):
                 check.plan_and_batch(loop.layout, context.plan.global_batch_size, batch,
-                                     timeout_s=timeout_s, name=at)
+                                     timeout_s=timeout_s, name=at,
+                                     distinct=checks == "plan+batch")
+            elif checks == "replication":
+                check.replication(batch, timeout_s=timeout_s, name=at)
             else:
                 check.batch(batch, timeout_s=timeout_s, name=at)
         except Exception:

@@ -47,7 +47,7 @@ class Handout(NamedTuple):
       step: its step in the pass (0-based; a resumed pass starts at the step it resumed at).
       position: the loader state after it: ``{"step": step + 1, "position": backend position}``.
       nbytes: bytes of this process's part of it.
-      checks: the run-time checks due at this step: ``""``, ``"batch"`` or ``"plan+batch"``.
+      checks: the checks due at this step: ``""``, ``"[plan+]batch"`` or ``"[plan+]replication"``
     """
 
     batch: GlobalBatch
@@ -121,12 +121,12 @@ class Pass:
             reader.fill(1 if known and not round_index else 0 if known else window)
 
         self._stage(Stage.READING, read)
-        check, layout = None, self._check_layout
+        check, layout, size = None, self._check_layout, self._context.plan.global_batch_size
         if round_index == 0 and layout is not None and self._check_period and reader.ahead:
             first = self._held = self._stage(Stage.ASSEMBLING, self._assemble)  # the first step
             with timed(self._stats, "check"):  # its check in this round's report
                 check = self._stage(Stage.CHECKING, lambda: plan_and_batch_records(
-                    layout, self._context.plan.global_batch_size, first.batch))
+                    layout, size, first.batch, distinct=not self._streams))
         return Report(
             ready=len(reader.ahead) + (self._held is not None), digest=reader.digest, nbytes=reader.nbytes,
             length=protocol.as_jsonable(reader.length) if round_index == 0 else None,
@@ -249,7 +249,8 @@ class Pass:
         self._step += 1
         checks = ""
         if self._check_period and (step == self._first_step or step % self._check_period == 0):
-            checks = "plan+batch" if step == self._first_step else "batch"
+            checks = ("plan+" if step == self._first_step else "") + (  # a proved stream's
+                "replication" if self._streams else "batch")  # rows alike are its own
         return Handout(batch, step, {"step": step + 1, "position": self._position},
                        sum(leaf.nbytes for leaf in leaves), checks)
 
