@@ -96,12 +96,20 @@ class ReadAhead:
             first = self.next_step == self._first_step
             with timed(self._stats, "backend"), self._watch(self.next_step, first):
                 local, position, *stream = next(self._source, (None, None))
-                if local is None:
+                if local is None or not self._pad and self._short(local) and next(
+                        self._source, None) is None:  # the last batch, partial: dropped
                     self.exhausted = True
                     return
             self.validating = True
             self.ahead.append(self._validated(local, position, stream[0] if stream else None))
             self.validating = False
+
+    def _short(self, local: HostBatch) -> bool:
+        """``local`` has fewer rows than a batch (a user-batched pipeline's last batch, which
+        ``remainder="drop"`` drops where it is the last; elsewhere the check refuses it)."""
+        leaves = jax.tree_util.tree_leaves(local)
+        shape = np.shape(leaves[0]) if leaves else ()
+        return bool(shape) and shape[0] < self._plan_at(self.next_step).local_batch_size
 
     def at(self, s: int, held: Local | None = None) -> Local | None:
         """The batch of the round's step ``s``, ``held`` (the first step, assembled already) and

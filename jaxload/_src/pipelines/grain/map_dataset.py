@@ -6,6 +6,8 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import jax
+
 from jaxload._src import compat
 from jaxload._src.adapters.stack import stack_elements
 from jaxload._src.pipelines.base import Batches, LocalSpec, weakly
@@ -70,7 +72,8 @@ class GrainMapDataset:
                 batches = iterated(batched_iter(elements, self._rows, self._batched,
                                                 self._remainder))
         elif self._read_options is None:
-            batches = _indexed(by_index)
+            batches = _indexed(by_index, self._rows if self._batched and self._remainder == DROP
+                               else None)
         else:
             batches = iterated(by_index.to_iter_dataset(self._read_options))
         return described.with_description(batches, self._describe, uneven=not self._shard)
@@ -104,14 +107,22 @@ def _batched_by_index(ds: Any, rows: int, remainder: str) -> Any:
     return ds.batch(rows, drop_remainder=remainder == DROP, batch_fn=stack_elements)
 
 
-def _indexed(batches: Any) -> Callable[[Any], Batches]:
-    """The batches of a batched MapDataset read by index, each with its position after it."""
+def _indexed(batches: Any, full: int | None = None) -> Callable[[Any], Batches]:
+    """The batches of a batched MapDataset read by index, each with its position after it;
+    with ``full`` (the user's own batches, ``remainder="drop"``), a last batch of fewer rows
+    left out (read once, to know)."""
+    count: list[int] = []
 
     def local_batches(position: Any) -> Batches:
         start = next_batch(position)
+        if not count:
+            last = len(batches) - 1
+            short = full is not None and last >= 0 and len(
+                jax.tree_util.tree_leaves(batches[last])[0]) < full
+            count.append(last + 1 - short)
         # the length lets the loader agree on the step count once, then read batch by batch
-        return Batches(((batches[i], {"next_batch": i + 1}) for i in range(start, len(batches))),
-                       length=max(len(batches) - start, 0))
+        return Batches(((batches[i], {"next_batch": i + 1}) for i in range(start, count[0])),
+                       length=max(count[0] - start, 0))
 
     return local_batches
 
