@@ -71,6 +71,8 @@ def test_replication(clusters, topology, layout_name):
 
 
 def distinct_scenarios():
+    import grain
+
     from placement import make_layout, make_loader
 
     layout = make_layout("data_parallel")
@@ -81,11 +83,20 @@ def distinct_scenarios():
                          remainder="pad", checks="never")
     last = list(padded)[-1]  # two all-padding blocks: identical, and legitimately so
     defaults = make_loader("grain", layout, range(64), global_batch_size=16, shard=False)
+    # each record twice in a row, split by jaxload (by index): each step gives both loading
+    # groups the same blocks, the data's own, so its checks compare replicas only
+    pairs = jaxload.from_grain(grain.MapDataset.range(64).map(lambda i: {"x": np.float32(i // 2)}),
+                               layout, global_batch_size=16, checks=2)
+    rows: list[float] = []
     return {
         "same": _error(lambda: jaxload.check.distinct(next(iter(same)))),
         "right": _error(lambda: jaxload.check.distinct(next(iter(right)))),
         "padding": _error(lambda: jaxload.check.batch(last)),
         "loader_default": _error(lambda: next(iter(defaults))),
+        "pairs": _error(lambda: rows.extend(float(v) for b in pairs
+                                            for s in b["x"].addressable_shards
+                                            for v in np.asarray(s.data))),
+        "pairs_rows": rows,
     }
 
 
@@ -100,6 +111,9 @@ def test_distinct(clusters):
         assert o["right"] is None
         assert o["padding"] is None
         assert o["loader_default"].startswith("DuplicationError:")
+        assert o["pairs"] is None
+    assert sorted(outcomes[0]["pairs_rows"] + outcomes[1]["pairs_rows"]) == [
+        float(i // 2) for i in range(64)]
 
 
 def first_round_scenarios():

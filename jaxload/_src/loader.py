@@ -60,9 +60,9 @@ class Loader(Checkpointable, Explained):
 
     With ``checks="first"`` (the default) the first step of each pass also verifies that every
     process built the same layout (:func:`jaxload.check.plan`) and that the batch is placed right
-    (:func:`jaxload.check.batch`: replicas identical, different row blocks distinct); ``checks=N``
-    repeats the batch check every N steps, ``checks="never"`` turns them off
-    (``benchmarks/check_cost.py`` measures what they cost).
+    (:func:`jaxload.check.batch`: replicas identical, different row blocks distinct where each
+    loading group reads its own pipeline); ``checks=N`` repeats the batch check every N steps,
+    ``checks="never"`` turns them off (``benchmarks/check_cost.py`` measures what they cost).
 
     Example:
       >>> import grain

@@ -79,7 +79,8 @@ class Pass:
         plan = context.plan  # a loading group of several processes proves its rows each step,
         self._rows = len(plan.loading_groups[plan.shard_index]) > 1 and self._check_period > 0
         self._streams = bool(getattr(source, "proves", False))  # a split proves its elements
-        self._proving = self._rows or self._streams
+        self._proving = self._rows or self._streams  # row blocks compared for duplicates where
+        self._distinct = bool(getattr(source, "uneven", True))  # each group reads its own
         self._reader = ReadAhead(source, self._plan_at, self._pad, self._stats, self._step,
                                  context.recorder, watch, digests=self._rows, seed=context.seed)
         self._template: str | None = None  # the signature to pad with, if this process has none
@@ -126,7 +127,7 @@ class Pass:
             first = self._held = self._stage(Stage.ASSEMBLING, self._assemble)  # the first step
             with timed(self._stats, "check"):  # its check in this round's report
                 check = self._stage(Stage.CHECKING, lambda: plan_and_batch_records(
-                    layout, size, first.batch, distinct=not self._streams))
+                    layout, size, first.batch, distinct=self._distinct))
         return Report(
             ready=len(reader.ahead) + (self._held is not None), digest=reader.digest, nbytes=reader.nbytes,
             length=protocol.as_jsonable(reader.length) if round_index == 0 else None,
@@ -247,10 +248,9 @@ class Pass:
             batch = build_global(treedef, leaves, plan)
         step = self._step
         self._step += 1
-        checks = ""
-        if self._check_period and (step == self._first_step or step % self._check_period == 0):
-            checks = ("plan+" if step == self._first_step else "") + (  # a proved stream's
-                "replication" if self._streams else "batch")  # rows alike are its own
+        checks = "" if not self._check_period or (step != self._first_step and step % (
+            self._check_period)) else ("plan+" if step == self._first_step else "") + (
+            "batch" if self._distinct else "replication")  # split by jaxload: replicas only
         return Handout(batch, step, {"step": step + 1, "position": self._position},
                        sum(leaf.nbytes for leaf in leaves), checks)
 
