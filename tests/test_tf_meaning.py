@@ -99,6 +99,9 @@ def pipeline(shape: str, root: str):
         return tf.data.Dataset.range(4).interleave(
             lambda i: tf.data.Dataset.range(10 * i, 10 * i + 6),
             cycle_length=1 + jax.process_index()).map(lambda i: {"id": i})
+    if shape == "cached-random-first":  # the random map before the shuffle, after a cache
+        return tf.data.Dataset.range(40).cache().map(
+            lambda i: {"id": i, "flip": tf.random.uniform([])}).shuffle(40, seed=1)
     if shape == "each-twice":  # every element twice in a row: each step's blocks come in pairs
         return tf.data.Dataset.range(20).flat_map(
             lambda i: tf.data.Dataset.from_tensors(i).repeat(2)).map(lambda i: {"id": i})
@@ -256,7 +259,7 @@ SHAPES = ["take", "skip", "user-shard", "zip", "cache", "plain", "sampled-names"
           "keras-timeseries-default", "keras-timeseries-seeded", "keras-split-default",
           "keras-split-seeded", "csv-default", "csv-seeded", "files-per-host-uneven",
           "host-disks", "names-scanned", "hint-cycle-by-process", "cached-random-map",
-          "each-twice"]
+          "each-twice", "cached-random-first"]
 BATCHED = {"batched-features"}  # batched by the pipeline to the local batch size
 ROWS_PER_DEVICE = {"each-twice": 2}  # else 1 (a block of one row is never taken for a twin)
 
@@ -481,6 +484,12 @@ def test_a_random_map_after_a_cache_and_a_shuffle_is_delivered_exactly(runs, roo
     # the cache hides the order from the graph, so the first elements are compared: under the
     # last map, whose random draws differ by process on the same rows (it was refused)
     exactly(runs["cached-random-map"], unsharded("cached-random-map", root))
+
+
+@pytest.mark.cluster
+def test_a_random_map_before_the_split_is_named_where_the_first_elements_differ(runs):
+    refused(runs["cached-random-first"], "the hash of the first elements",
+            "read after RandomUniform without a seed", "give it a seed")
 
 
 @pytest.mark.cluster

@@ -25,7 +25,7 @@ from jaxload._src.pipelines.tf.iterator import (
     saveable,
 )
 from jaxload._src.pipelines.tf.on_demand import Live
-from jaxload._src.pipelines.tf.order import check_same_order, constants, structure, unseen_order
+from jaxload._src.pipelines.tf.order import check_same_order, unseen_order
 from jaxload._src.pipelines.tf.probe import Probe as _Probe
 from jaxload._src.pipelines.tf.read import read_graph, with_options_of
 from jaxload._src.pipelines.tf.replay import Replay, after_pass, position_of
@@ -83,8 +83,8 @@ class TfDataset:
             prove and self.sharding.mode == ELEMENTS and plan.shard_count > 1 and self._replay is None
             and plan.global_batch_size == global_batch_size) else None
         self._same = _Probe(self._ds, plan, self.sharding, batched,  # the stream proves more
-                            [] if self._stream else unseen_order(graph),
-                            structure(graph), sources=user, constants=constants(graph))
+                            [] if self._stream else unseen_order(graph), sources=user,
+                            graph=graph)
         self.backend = "tf.data" if self.sharding.mode in (ELEMENTS, NONE) else (
             f"tf.data/{self.sharding.mode}")
         self._save = saveable(graph)

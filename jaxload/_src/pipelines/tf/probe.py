@@ -42,6 +42,8 @@ import xxhash
 
 from jaxload._src import compat, fingerprints
 from jaxload._src.pipelines.tf.decide import ELEMENTS, FILES, HINT
+from jaxload._src.pipelines.tf.graph import DatasetGraph
+from jaxload._src.pipelines.tf.order import constants, structure, value_varying
 from jaxload._src.pipelines.tf.split import Sharding
 from jaxload._src.plan import Plan
 from jaxload._src.same_dataset import Described
@@ -73,13 +75,14 @@ class Probe:
     """This process's description of the pipeline it splits (see the module)."""
 
     def __init__(self, ds: Any, plan: Plan, sharding: Sharding, batched: bool,
-                 unseen: list[str] | None = None, structure: str | None = None,
-                 sources: Any = None, constants: str | None = None):
+                 unseen: list[str] | None = None, sources: Any = None,
+                 graph: DatasetGraph | None = None):
         self._ds, self._plan, self._sharding, self._batched = ds, plan, sharding, batched
         self._sources = ds if sources is None else sources  # the user's own dataset objects
-        self._constants = constants  # a hash of the graph's constants (order.constants)
+        self._constants = None if graph is None else constants(graph)  # seeds, sizes, ...
         self._unseen = unseen  # what the graph cannot show of its order (None: unknown)
-        self._structure = structure  # the pipeline's ops, compared where split by elements
+        self._structure = None if graph is None else structure(graph)  # its ops and cycles
+        self._random = [] if graph is None else value_varying(graph)  # random ops, no seed
         self._found: dict[str, Any] | None = None
         self._fingerprint: str | None = None
 
@@ -161,4 +164,6 @@ class Probe:
                 digest.update(f"{array.dtype.str}{array.shape}".encode())
                 digest.update(array.tobytes() if array.dtype != object else repr(array).encode())
             count += 1
-        return f"{count} hashed: {digest.hexdigest()}"
+        drawn = f" (read after {self._random[0].split(':')[0]}, which draws other values on " \
+                "each process before the last maps: give it a seed)" if self._random else ""
+        return f"{count} hashed: {digest.hexdigest()}{drawn}"
