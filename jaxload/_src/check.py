@@ -180,8 +180,8 @@ def plan_and_batch(layout: Layout, global_batch_size: int, tree: GlobalBatch, *,
                    timeout_s: float = DEFAULT_TIMEOUT_S, name: str | None = None,
                    distinct: bool = True) -> None:
     """:func:`plan`, then :func:`batch`, in one exchange (a pass's first step); without
-    ``distinct``, :func:`replication` only after the plan (a split that proves its stream: rows
-    alike in two blocks are the stream's own)."""
+    ``distinct``, :func:`replication` only after the plan (where jaxload split one pipeline by
+    index or elements, blocks alike are the data's own)."""
     _checked("plan-batch", lambda: plan_and_batch_records(layout, global_batch_size, tree,
                                                           distinct=distinct),
              verify_plan_and_batch, timeout_s, name)

@@ -79,8 +79,8 @@ class Pass:
         plan = context.plan  # a loading group of several processes proves its rows each step,
         self._rows = len(plan.loading_groups[plan.shard_index]) > 1 and self._check_period > 0
         self._streams = bool(getattr(source, "proves", False))  # a split proves its elements
-        self._proving = self._rows or self._streams  # row blocks compared for duplicates where
-        self._distinct = bool(getattr(source, "uneven", True))  # each group reads its own
+        self._proving = self._rows or self._streams  # blocks compared for duplicates only
+        self._distinct = bool(getattr(source, "uneven", True))  # where groups read their own
         self._reader = ReadAhead(source, self._plan_at, self._pad, self._stats, self._step,
                                  context.recorder, watch, digests=self._rows, seed=context.seed)
         self._template: str | None = None  # the signature to pad with, if this process has none
@@ -248,9 +248,9 @@ class Pass:
             batch = build_global(treedef, leaves, plan)
         step = self._step
         self._step += 1
-        checks = "" if not self._check_period or (step != self._first_step and step % (
-            self._check_period)) else ("plan+" if step == self._first_step else "") + (
-            "batch" if self._distinct else "replication")  # split by jaxload: replicas only
+        due = self._check_period and (step == self._first_step or step % self._check_period == 0)
+        checks = (("plan+" if step == self._first_step else "") + (
+            "batch" if self._distinct else "replication")) if due else ""
         return Handout(batch, step, {"step": step + 1, "position": self._position},
                        sum(leaf.nbytes for leaf in leaves), checks)
 

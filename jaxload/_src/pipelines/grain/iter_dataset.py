@@ -87,7 +87,7 @@ def dropped_counted(ds: Any, rows: int, group: int) -> Callable[[Any], Batches]:
 
         def full() -> Iterator[tuple[HostBatch, Any]]:
             for batch, state in source:
-                if (n := _rows(batch)) < rows:  # the last, partial: dropped
+                if (n := batch_rows(batch)) < rows:  # the last, partial: dropped
                     counts["left"] += n
                     return
                 counts["delivered"] += rows
@@ -95,7 +95,7 @@ def dropped_counted(ds: Any, rows: int, group: int) -> Callable[[Any], Batches]:
 
         def ended(unused: int) -> None:
             counts["delivered"] -= unused * rows
-            left = counts["left"] + unused * rows + sum(_rows(b) for b, _ in source)
+            left = counts["left"] + unused * rows + sum(batch_rows(b) for b, _ in source)
             if left:
                 warn_each(_dropped(group, left, counts["delivered"], rows))  # each pass
 
@@ -104,7 +104,8 @@ def dropped_counted(ds: Any, rows: int, group: int) -> Callable[[Any], Batches]:
     return local
 
 
-def _rows(batch: HostBatch) -> int:
+def batch_rows(batch: HostBatch) -> int:
+    """The rows of a batch (its first leaf's leading dim)."""
     return len(jax.tree_util.tree_leaves(batch)[0])
 
 

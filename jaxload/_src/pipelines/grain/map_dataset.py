@@ -6,13 +6,16 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import jax
-
 from jaxload._src import compat
 from jaxload._src.adapters.stack import stack_elements
 from jaxload._src.pipelines.base import Batches, LocalSpec, weakly
 from jaxload._src.pipelines.grain import described
-from jaxload._src.pipelines.grain.iter_dataset import batched_iter, dropped_counted, iterated
+from jaxload._src.pipelines.grain.iter_dataset import (
+    batch_rows,
+    batched_iter,
+    dropped_counted,
+    iterated,
+)
 from jaxload._src.plan import Plan
 from jaxload._src.remainder import DROP, rows_read
 from jaxload._src.state import Elastic, LocalBatches, why_not_sliceable
@@ -117,8 +120,7 @@ def _indexed(batches: Any, full: int | None = None) -> Callable[[Any], Batches]:
         start = next_batch(position)
         if not count:
             last = len(batches) - 1
-            short = full is not None and last >= 0 and len(
-                jax.tree_util.tree_leaves(batches[last])[0]) < full
+            short = full is not None and last >= 0 and batch_rows(batches[last]) < full
             count.append(last + 1 - short)
         # the length lets the loader agree on the step count once, then read batch by batch
         return Batches(((batches[i], {"next_batch": i + 1}) for i in range(start, count[0])),
