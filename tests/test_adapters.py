@@ -174,6 +174,15 @@ def test_tf_already_batched_with_the_wrong_leading_dim_is_refused(layout):
         jaxload.from_tf_data(ds, layout, global_batch_size=8, batched=True)
 
 
+def test_tf_batches_of_any_size_under_drop_are_refused_naming_the_batching_ops(layout):
+    ds = tf.data.Dataset.range(64).map(lambda i: {"x": i}).padded_batch(8)
+    with pytest.raises(ValueError, match=r"its batches can have fewer rows than "
+                                         r"local_batch_size=8, which remainder='drop' does not pad"
+                                         r".* padded_batch\(8, ..., drop_remainder=True\).*"
+                                         r"group_by_window"):
+        jaxload.from_tf_data(ds, layout, global_batch_size=8, batched=True)
+
+
 def test_already_batched_pipelines(layout):
     ds = tf.data.Dataset.range(64).map(lambda i: {"x": i}).batch(8, drop_remainder=True)
     batches = list(jaxload.from_tf_data(ds, layout, global_batch_size=8, batched=True))
@@ -188,3 +197,30 @@ def test_tf_unknown_rank_is_refused(layout):
     ds = tf.data.Dataset.range(4).map(lambda i: tf.py_function(lambda: 1.0, [], tf.float32))
     with pytest.raises(ValueError, match=r"feature batch has shape <unknown>"):
         jaxload.from_tf_data(ds, layout, global_batch_size=8)
+
+
+def test_a_data_loader_state_of_another_source_is_refused_at_set_state(layout):
+    # Grain checks a state against the DataLoader's source by its repr: a source class without
+    # one (its default repr holds the object's address) failed at the first step after
+    # set_state; now set_state refuses it with Grain's message, on every process
+    class Records:
+        def __len__(self):
+            return 32
+
+        def __getitem__(self, i):
+            return {"x": np.int32(i)}
+
+    def make():
+        sampler = grain.samplers.IndexSampler(32, grain.sharding.NoSharding(), shuffle=False,
+                                              num_epochs=1)
+        return jaxload.from_grain(grain.DataLoader(
+            data_source=Records(), sampler=sampler, operations=[grain.transforms.Batch(8)]),
+            layout, global_batch_size=8)
+
+    loader = make()
+    steps = iter(loader)
+    next(steps)
+    state = loader.get_state()
+    steps.close()
+    with pytest.raises(ValueError, match=r"(?s)DataSource in checkpoint does not match.*__repr__"):
+        make().set_state(state)

@@ -3,6 +3,8 @@ in the installed versions: an upgrade that removes one fails here, naming it."""
 
 from __future__ import annotations
 
+import json
+
 import jax
 import pytest
 
@@ -14,6 +16,7 @@ def test_every_private_read_is_listed_and_has_a_test():
     assert tested == {"distributed_client", "thread_mesh", "data_loader_source",
                       "data_loader_shard_options", "data_loader_operations", "drops_elements",
                       "data_loader_sampler", "data_loader_unread", "grain_split_and_seeds",
+                      "data_loader_check_state",
                       "grain_below_maps",
                       "tf_graph", "tf_shard_graph", "tf_from_graph", "tf_iterator_state",
                       "tf_replay", "tf_is_tensor_slices", "tf_op", "tf_source_tensors",
@@ -63,6 +66,11 @@ def test_grain_data_loader_private_attributes_exist():
     batches = [op for op in compat.data_loader_operations(workers)
                if isinstance(op, grain.transforms.Batch)]
     assert [(op.batch_size, op.drop_remainder) for op in batches] == [(4, True)]
+    # Grain's own check of a state: the same loader's passes, another worker count refused
+    state = json.loads(iter(loader).get_state())
+    compat.data_loader_check_state(loader, state)
+    with pytest.raises(ValueError, match="Worker count in checkpoint does not match"):
+        compat.data_loader_check_state(workers, state)
 
 
 def test_the_records_a_sharded_data_loader_never_reads_are_counted_as_grain_reads_them():

@@ -63,6 +63,10 @@ def test_why_not_by_files_in_the_order_the_facts_are_read():
          "it reads 1 file for 4 loading groups, and each group needs at least one. To read "
          "only each loading group's share, write the data into at least 4 files"),
         (Shown(readers=("TFRecordDataset",), files=3), "it reads 3 files for 4 loading groups"),
+        (Shown(readers=("TFRecordDataset",), files=8, padding=(2, 3, 8)),
+         "global_batch_size=3 is padded to 8, so 2 of the 4 loading groups hold only padding at "
+         "every step and would never read the files dealt to them. To read only each loading "
+         "group's share, use a global_batch_size above 6"),
     ]
     for shown, said in cases:
         why = why_not_files(shown, groups)

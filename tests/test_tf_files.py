@@ -398,3 +398,92 @@ def test_the_passes_after_a_resume_of_shuffled_file_names_are_those_without_it(c
     assert steps("later", 0) == steps("passes", 0)[3:]
     assert [steps("later", 1), steps("later", 2)] == [steps("passes", 1), steps("passes", 2)]
     assert steps("passes", 1) != steps("passes", 2)  # they reshuffle: the test can fail
+
+
+def resumed_reader(pattern: str, at: tuple[int, ...]) -> dict:
+    """Worker: this process's rows of each step of one pass of ``TFRecordDataset(files)`` (a
+    reader over the sorted names, no list_files), and of the same pass resumed by a fresh
+    loader from a state taken at each step of ``at``."""
+    import glob
+    import json
+
+    import tensorflow as tf
+
+    import jaxload
+
+    def loader():
+        ds = tf.data.TFRecordDataset(sorted(glob.glob(pattern))).map(
+            lambda r: tf.io.parse_single_example(r, {"id": tf.io.FixedLenFeature([], tf.int64)}))
+        return jaxload.from_tf_data(ds, make_layout("data_parallel"), global_batch_size=8,
+                                    remainder="pad")
+
+    def rows(batch) -> list[int]:
+        return [int(i) for s, m in zip(batch["id"].addressable_shards,
+                                       batch["mask"].addressable_shards, strict=True)
+                for i, real in zip(np.asarray(s.data), np.asarray(m.data), strict=True) if real]
+
+    whole = [rows(batch) for batch in loader()]
+    resumed = {}
+    for step in at:
+        first, steps = loader(), []
+        for batch in first:
+            steps.append(rows(batch))
+            if len(steps) == step:
+                state = json.loads(json.dumps(first.get_state()))
+                break
+        again = loader()
+        again.set_state(state)
+        resumed[step] = steps + [rows(batch) for batch in again]
+    return dict(whole=whole, resumed=resumed)
+
+
+@pytest.mark.cluster
+def test_a_reader_over_files_of_unequal_sizes_resumes_in_its_own_files(clusters, tmp_path):
+    # TFRecordDataset(files) is split by TensorFlow's rewrite into files.shard(K, k).flat_map(
+    # TFRecordDataset), whose shard op, as inserted, restored from a symbolic checkpoint at
+    # another position: resumed at step 3, group 0 read group 1's file (59 rows twice, 28 never)
+    sizes = [10, 20, 30, 41]
+    pattern = write_files(tmp_path, sizes)
+    results = clusters.run(resumed_reader, num_processes=2, local_devices=2,
+                           args=(pattern, (3, 9)), timeout_s=240)
+    assert sorted(i for r in results for step in r["whole"] for i in step) == all_ids(sizes)
+    for r in results:
+        for step in (3, 9):
+            assert r["resumed"][step] == r["whole"], (step, r["resumed"][step], r["whole"])
+
+
+def padded_over_files(pattern: str, gbs: int) -> dict:
+    """Worker: this process's real rows of a pass of ``TFRecordDataset(files)`` with a global
+    batch padded from ``gbs``, and the sharding warnings' texts."""
+    import glob
+    import warnings
+
+    import tensorflow as tf
+
+    import jaxload
+
+    ds = tf.data.TFRecordDataset(sorted(glob.glob(pattern))).map(
+        lambda r: tf.io.parse_single_example(r, {"id": tf.io.FixedLenFeature([], tf.int64)}))
+    with warnings.catch_warnings(record=True) as told:
+        warnings.simplefilter("always")
+        loader = jaxload.from_tf_data(ds, make_layout("data_parallel"), global_batch_size=gbs,
+                                      remainder="pad")
+    rows = [int(i) for batch in loader for s, m in zip(
+        batch["id"].addressable_shards, batch["mask"].addressable_shards, strict=True)
+        for i, real in zip(np.asarray(s.data), np.asarray(m.data), strict=True) if real]
+    return dict(rows=rows, told=[str(w.message) for w in told
+                                 if issubclass(w.category, jaxload.ShardingWarning)])
+
+
+@pytest.mark.cluster
+def test_a_padded_batch_whose_groups_hold_only_padding_is_not_split_by_files(clusters, tmp_path):
+    # global_batch_size=3 on 2x4 devices: the batch is padded to 8, group 1 holds only padding,
+    # and split by files it never read its files (100 of 200 rows delivered, no word)
+    sizes = [25] * 8
+    pattern = write_files(tmp_path, sizes)
+    results = clusters.run(padded_over_files, num_processes=2, local_devices=4,
+                           args=(pattern, 3), timeout_s=240)
+    assert sorted(i for r in results for i in r["rows"]) == all_ids(sizes)
+    for r in results:
+        assert len(r["told"]) == 1 and "global_batch_size=3 is padded to 8, so 1 of the 2 " \
+            "loading groups holds only padding" in r["told"][0], r["told"]

@@ -330,3 +330,53 @@ def test_a_users_last_partial_batch_is_dropped_under_drop(clusters, kind):
     two = clusters.run(_user_batched_rows, num_processes=2, local_devices=2, args=(kind,),
                        timeout_s=120)
     assert sorted(two[0] + two[1]) == list(range(200))  # 25 steps of 2 batches of 4
+
+
+def _short_user_batches() -> list:
+    """Pipelines batched by the user, read with remainder="pad", batched=True, local batches of
+    4: per case, this process's real ids (the mask's) and its warnings' texts."""
+    import warnings
+
+    import grain
+    import tensorflow as tf
+
+    import jaxload
+    from jaxload._src.told import forget
+
+    layout = jaxload.data_parallel()
+    gbs = 4 * layout.plan(4).shard_count
+    pipelines = {
+        "tf batch(2)": lambda: tf.data.Dataset.range(40).map(lambda i: {"id": i}).batch(2),
+        "grain batch(2)": lambda: grain.MapDataset.range(40).map(
+            lambda i: {"id": np.int64(i)}).to_iter_dataset().batch(2),
+        "tf batch(4), 42 rows": lambda: tf.data.Dataset.range(42).map(
+            lambda i: {"id": i}).batch(4),
+    }
+    out = []
+    for name, build in pipelines.items():
+        ds, make = build(), jaxload.from_grain if name.startswith("grain") else jaxload.from_tf_data
+        with warnings.catch_warnings(record=True) as told:
+            warnings.simplefilter("always")
+            loader = make(ds, layout, global_batch_size=gbs, batched=True, remainder="pad")
+            ids = sorted(int(v) for b in loader for ids, mask in zip(
+                b["id"].addressable_shards, b["mask"].addressable_shards, strict=True)
+                for v, m in zip(np.asarray(ids.data), np.asarray(mask.data), strict=True) if m)
+        out.append((ids, [str(w.message) for w in told if "local_batch_size" in str(w.message)]))
+        forget()  # each case told as a new process would be
+    return out
+
+
+@pytest.mark.cluster
+def test_a_users_short_batches_are_padded_with_a_warning(clusters):
+    # a pipeline batched by the user to fewer rows than local_batch_size was padded at every
+    # step with no word (half of each step padding); a short last batch is padded silently
+    results = clusters.run(_short_user_batches, num_processes=2, local_devices=2,
+                           timeout_s=180)
+    for case, rows in ((0, 40), (1, 40), (2, 42)):
+        assert sorted(results[0][case][0] + results[1][case][0]) == list(range(rows)), case
+    for case in (0, 1):
+        for process in (0, 1):
+            told = results[process][case][1]
+            assert len(told) == 1 and "batch at step 0 has 2 rows where local_batch_size is 4" \
+                ", and is not its last" in told[0], (case, process, told)
+    assert results[0][2][1] == results[1][2][1] == [], results  # its last batch alone short

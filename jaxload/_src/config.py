@@ -38,6 +38,7 @@ class LoaderConfig:
     name: str | None = None
     record: str | None = None
     load_once: bool = False
+    batched: bool = False  # the pipeline batches itself (batched=True, a grain.DataLoader)
 
     def __post_init__(self) -> None:
         check_remainder(self.remainder)

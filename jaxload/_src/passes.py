@@ -82,7 +82,7 @@ class Pass:
         self._proving = self._rows or self._streams  # blocks compared for duplicates only
         self._distinct = bool(getattr(source, "uneven", True))  # where groups read their own
         self._reader = ReadAhead(source, self._plan_at, self._pad, self._stats, self._step,
-                                 context.recorder, watch, digests=self._rows, seed=context.seed)
+                                 context.recorder, watch, self._rows, context.seed, context.config.batched)
         self._template: str | None = None  # the signature to pad with, if this process has none
         self._ended = self._reported = False  # no round follows; this process's failure told
         self._doing = Stage.ASSEMBLING  # or READING, PADDING: the part of stage 3 under way

@@ -19,7 +19,7 @@ from jaxload._src.protocol import Decision
 from jaxload._src.records import Recorder
 from jaxload._src.remainder import check_paddable, no_step_warning, undelivered_warning
 from jaxload._src.stats import Stats, timed
-from jaxload._src.told import warn_each
+from jaxload._src.told import warn_each, warn_once
 from jaxload._src.trees import HostBatch
 
 
@@ -35,6 +35,22 @@ class Local(NamedTuple):
     digest: str | None = None
     stream: str | None = None
     elements: bytes | None = None  # the fingerprints of that global batch's elements
+
+
+def short_batch_warning(step: int, rows: int, local_batch_size: int) -> str:
+    """What a batch of the pipeline's own that is short and not its last means.
+
+    Example:
+      >>> print(short_batch_warning(0, 2, 4))  # doctest: +ELLIPSIS
+      the pipeline's batch at step 0 has 2 rows where local_batch_size is 4, and is not its ...
+    """
+    return (f"the pipeline's batch at step {step} has {rows} rows where local_batch_size is "
+            f"{local_batch_size}, and is not its last: remainder='pad' pads each such batch to "
+            f"{local_batch_size} rows (the padding masked out), so part of those steps is "
+            "padding. Unless its batches vary in size by design (group_by_window, "
+            f"bucket_by_sequence_length), batch it to local_batch_size ({local_batch_size} rows: "
+            "ctx.local_batch_size, loader.plan.local_batch_size), or pass it unbatched with "
+            "batched=False and jaxload batches it")
 
 
 class Digests(TypedDict):
@@ -55,7 +71,9 @@ class ReadAhead:
     (:mod:`~jaxload._src.same_dataset`), called before the first read with ``seed``: a number
     every process shares, another for each pass (to draw what to compare). ``watch(step, first)``
     wraps each read, so that the watchdog finds a pipeline stuck in it. ``digests``: hash each
-    batch (a loading group of several processes compares them).
+    batch (a loading group of several processes compares them). ``whole``: the pipeline batches
+    itself (``batched=True``, a ``grain.DataLoader``): a batch of fewer rows than
+    ``local_batch_size`` followed by another is padded with a warning (each step part padding).
     """
 
     def __init__(self, source: Iterable[tuple[HostBatch, Any]], plan_at: Callable[[int], Plan],
@@ -63,8 +81,9 @@ class ReadAhead:
                  first_step: int,
                  recorder: Recorder | None = None,
                  watch: Callable[[int, bool], ContextManager[None]] | None = None,
-                 digests: bool = False, seed: int = 0):
-        self._digests, self._pass_seed = digests, seed
+                 digests: bool = False, seed: int = 0, whole: bool = False):
+        self._digests, self._pass_seed, self._whole = digests, seed, whole
+        self._short_at: tuple[int, int, int] | None = None  # a short batch's step, rows, size
         self.length = getattr(source, "length", None)
         self._describe = getattr(source, "describe", None)
         self._ended = getattr(source, "ended", None)
@@ -100,6 +119,12 @@ class ReadAhead:
                         self._source, None) is None:  # the last batch, partial: dropped
                     self.exhausted = True
                     return
+            if self._short_at is not None:  # the short batch was not the last
+                warn_once(short_batch_warning(*self._short_at), key="short batches")
+                self._short_at = None
+            if self._whole and self._pad and self._short(local):
+                self._short_at = (self.next_step, self._rows(local),
+                                  self._plan_at(self.next_step).local_batch_size)
             self.validating = True
             self.ahead.append(self._validated(local, position, stream[0] if stream else None))
             self.validating = False
@@ -107,9 +132,15 @@ class ReadAhead:
     def _short(self, local: HostBatch) -> bool:
         """``local`` has fewer rows than a batch (a user-batched pipeline's last batch, which
         ``remainder="drop"`` drops where it is the last; elsewhere the check refuses it)."""
+        rows = self._rows(local)
+        return rows is not None and rows < self._plan_at(self.next_step).local_batch_size
+
+    @staticmethod
+    def _rows(local: HostBatch) -> Any:
+        """The rows of ``local``'s first leaf; None for a scalar or no leaf."""
         leaves = jax.tree_util.tree_leaves(local)
         shape = np.shape(leaves[0]) if leaves else ()
-        return bool(shape) and shape[0] < self._plan_at(self.next_step).local_batch_size
+        return shape[0] if shape else None
 
     def at(self, s: int, held: Local | None = None) -> Local | None:
         """The batch of the round's step ``s``, ``held`` (the first step, assembled already) and

@@ -75,8 +75,10 @@ def from_grain(
         missing rows and adds a bool ``"mask"`` feature (dict elements only). See
         :mod:`jaxload._src.remainder`.
       batched: ``True`` if ``ds`` already yields per-process batches of
-        ``plan.local_batch_size`` rows; a batch with another leading dim is refused before any
-        device work. With ``shard=True`` whole batches are then dealt out to the loading groups.
+        ``plan.local_batch_size`` rows, all but the last; a batch with another leading
+        dim is refused before any device work, but with ``"pad"`` a shorter one is padded
+        (with a warning where it is not the last).
+        With ``shard=True`` whole batches are then dealt out to the loading groups.
       checks: when to verify placement at run time: ``"first"`` step of each pass (default),
         every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`.
       prefetch: global batches assembled ahead on a background thread while the training step
@@ -129,7 +131,8 @@ def from_grain(
     versions.check("grain")  # a warning, once, where it is not a tested release
     config = LoaderConfig(remainder=remainder, checks=checks, prefetch=prefetch,
                           timeout_s=timeout_s, on_failure=on_failure, exit_grace_s=exit_grace_s,
-                          name=name, record=record, load_once=load_once)
+                          name=name, record=record, load_once=load_once,
+                          batched=batched or isinstance(ds, grain.DataLoader))
     if read_options is not None and not isinstance(read_options, grain.ReadOptions):
         raise TypeError(f"read_options must be a grain.ReadOptions or None, got "
                         f"{type(read_options).__name__}: {read_options!r:.100}")

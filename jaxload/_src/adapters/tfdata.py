@@ -98,8 +98,9 @@ def from_tf_data(
       batched: ``True`` if ``ds`` already yields per-process batches of
         ``plan.local_batch_size`` rows (``ds.batch(plan.local_batch_size,
         drop_remainder=True)`` with ``remainder="drop"``; with ``"pad"``, ``drop_remainder=False``
-        keeps each group's last rows, padded); a different leading dim is refused before any data
-        is read. With ``shard=True`` whole
+        keeps each group's last rows, padded); a different static leading dim is refused before
+        any data is read; with ``"pad"`` a shorter batch that is not the last is padded, with a
+        warning. With ``shard=True`` whole
         batches are then dealt out to the loading groups.
       checks: when to verify placement at run time: ``"first"`` step of each pass (default),
         every N steps (an int), or ``"never"``. See :class:`~jaxload.Loader`. Unless
@@ -173,7 +174,8 @@ def from_tf_data(
     # the service hands each element to one process: each loads its own rows (load_once)
     config = LoaderConfig(remainder=remainder, checks=checks, prefetch=prefetch,
                           timeout_s=timeout_s, on_failure=on_failure, exit_grace_s=exit_grace_s,
-                          name=name, record=record, load_once=load_once or service is not None)
+                          name=name, record=record, load_once=load_once or service is not None,
+                          batched=batched)
     size, plan, schedule = from_option(
         global_batch_size, lambda size: config.plan(layout, size),
         "service=" if service is not None else "batched=True" if batched else None)
@@ -217,7 +219,7 @@ def _from_function(dataset_fn: Callable[[InputContext], Any], layout: Layout,
                           prefetch=options["prefetch"], timeout_s=options["timeout_s"],
                           on_failure=options["on_failure"], exit_grace_s=options["exit_grace_s"],
                           name=options["name"], record=options["record"],
-                          load_once=options["load_once"])
+                          load_once=options["load_once"], batched=options["batched"])
     size, plan, schedule = from_option(
         global_batch_size, lambda size: config.plan(layout, size),
         "batched=True" if options["batched"] else None)

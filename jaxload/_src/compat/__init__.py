@@ -11,6 +11,7 @@ upgrade removes one: the next JAX or Grain release cannot break jaxload silently
 from __future__ import annotations
 
 from jaxload._src.compat.grain import (
+    data_loader_check_state,
     data_loader_operations,
     data_loader_sampler,
     data_loader_shard_options,
@@ -57,6 +58,7 @@ PRIVATE = (
     ("data_loader_operations", "grain.DataLoader._operations, "
                                "grain._src.python.operations.BatchOperation (Grain 0.2.12)"),
     ("data_loader_sampler", "grain.DataLoader._sampler"),
+    ("data_loader_check_state", "grain.DataLoader._validate_state (where it exists)"),
     ("data_loader_unread", "grain._src.python.data_loader._SamplerMapDataset (whether it exists)"),
     ("grain_split_and_seeds", "grain._src.python.dataset.transformations.slice.SliceMapDataset "
                               "(its str), .map.RandomMapMapDataset._rng_pool._seed, "
@@ -105,7 +107,7 @@ PRIVATE = (
 
 
 __all__ = [
-    "data_loader_operations", "data_loader_sampler", "data_loader_shard_options",
+    "data_loader_check_state", "data_loader_operations", "data_loader_sampler", "data_loader_shard_options",
     "data_loader_source", "data_loader_unread", "distributed_client", "drops_elements", "grain_below_maps",
     "grain_split_and_seeds", "tf_batch", "tf_from_graph", "tf_global_seed", "tf_graph", "tf_graph_checked",
     "tf_input_index", "tf_interleave", "tf_is_tensor_slices", "tf_log_level", "tf_logs_at_fixed_level",

@@ -53,6 +53,15 @@ def data_loader_unread(loader: Any) -> tuple[int, int]:
     return size % count, size
 
 
+def data_loader_check_state(loader: Any, state: dict[str, Any]) -> None:
+    """Grain's own check of an iterator state against a ``grain.DataLoader`` (its worker count,
+    and its sampler's and source's ``repr``), which Grain makes at the first read after
+    ``set_state``: ``loader._validate_state``, where this Grain has it; a ValueError."""
+    validate = getattr(loader, "_validate_state", None)
+    if validate is not None and all(k in state for k in ("worker_count", "sampler", "data_source")):
+        validate(state)
+
+
 def data_loader_sampler(loader: Any) -> Any:
     """A ``grain.DataLoader``'s sampler: ``loader._sampler``."""
     return loader._sampler

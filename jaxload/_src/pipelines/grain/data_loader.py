@@ -70,6 +70,14 @@ class GrainDataLoader:
 
         return described.with_description(batches, self._describe, uneven=self._uneven)
 
+    def check_position(self, resume: dict[str, Any], batch_a_step: bool = True) -> None:
+        """Grain's own ValueError where the state's iterator position does not fit this
+        ``grain.DataLoader`` (another worker count, a sampler or source whose ``repr``
+        differs), at ``set_state`` rather than at the first step after it."""
+        position = resume["position"]
+        if isinstance(position, str):
+            compat.data_loader_check_state(self._loader, json.loads(position))
+
     def _elastic(self, shard: bool) -> Elastic:
         try:
             length: int | None = len(compat.data_loader_source(self._loader))

@@ -180,20 +180,37 @@ def _steps(iterator: Any, ahead: int, k: int, groups: int, rows: int, batched: b
         taken = read[k::groups]
         if not taken or len(taken) < rows and remainder == DROP:
             return
-        prints = b"".join(element_print(element) for element in read)
-        yield ((taken[0] if batched else stack_elements(taken)),
-               state if state is not None else iterator.get_state(),
+        batch = taken[0] if batched else stack_elements(taken)
+        stacked = None if batched else jax.tree_util.tree_leaves(batch)
+        prints = b"".join(element_print(e, stacked, i // groups) if i % groups == k else (
+            element_print(e)) for i, e in enumerate(read))
+        yield (batch, state if state is not None else iterator.get_state(),
                (xxhash.xxh3_64(prints).hexdigest(), prints))
         if len(taken) < rows:
             return
 
 
-def element_print(element: Any) -> bytes:
+def element_print(element: Any, stacked: list[np.ndarray] | None = None, row: int = 0) -> bytes:
     """8 bytes of XXH3 over an element: its structure, then each leaf's dtype, shape and bytes
-    (Python objects by their type only)."""
+    (Python objects by their type only). ``stacked``: the leaves of the batch this process
+    stacked the element into, at ``row``: an array leaf's bytes are read there where the row
+    has its dtype and shape (the same bytes, contiguous and just copied, where the element's
+    may be a strided view that would need a copy of its own).
+
+    Example:
+      >>> element = {"x": np.arange(6.0).reshape(2, 3)[:, ::-1], "y": 1}
+      >>> batch = {"x": np.stack([np.zeros((2, 3)), element["x"]]), "y": np.array([0, 1])}
+      >>> element_print(element) == element_print(element, jax.tree_util.tree_leaves(batch), 1)
+      True
+    """
     leaves, treedef = jax.tree_util.tree_flatten(element)
     h = xxhash.xxh3_64(_structure(treedef))
-    for leaf in map(np.asarray, leaves):
+    for n, leaf in enumerate(leaves):
+        if type(leaf) is not np.ndarray:
+            leaf = np.asarray(leaf)
+        elif stacked is not None and leaf.ndim and stacked[n].dtype == leaf.dtype and (
+                stacked[n].shape[1:] == leaf.shape):
+            leaf = stacked[n][row]
         if leaf.dtype.hasobject:
             h.update(f"{leaf.dtype}{leaf.shape}".encode())
         elif leaf.flags.c_contiguous:  # what fingerprints.add hashes, a third faster a row

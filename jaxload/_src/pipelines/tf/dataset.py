@@ -74,7 +74,7 @@ class TfDataset:
         self._ds, self._plan, self._global = ds, plan, global_batch_size
         self._batched, self._remainder = batched, remainder
         self._share, self.sharding = (ds, Sharding(NONE)) if shard in (False, FUNCTION) else (
-            split(ds, plan, "auto" if shard is True else str(shard), graph, whole))
+            split(ds, plan, "auto" if shard is True else str(shard), graph, whole, global_batch_size))
         check_same_order(graph, self.sharding, plan)
         if self.sharding.mode == ELEMENTS and graph.caches_to_files():
             self._ds = ds = with_own_caches(ds, whole, plan, ELEMENTS)

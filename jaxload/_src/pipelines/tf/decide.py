@@ -42,6 +42,8 @@ class Shown:
       cannot_find: TensorFlow's message where its file rewrite failed.
       names_read: the file names were looked for (after the rewrite); ``files``: how many it
         deals out, None where they cannot be found before reading.
+      padding: where the global batch is padded so that some loading groups hold only padding
+        at every step, ``(those groups, global_batch_size, its padded size)``.
     """
 
     hints: bool = False
@@ -53,6 +55,7 @@ class Shown:
     cannot_find: str | None = None
     names_read: bool = True
     files: int | None = None
+    padding: tuple[int, int, int] | None = None
 
 
 def start(shown: Shown, shard: str, groups: int) -> str:
@@ -78,6 +81,13 @@ def why_not_files(shown: Shown, groups: int) -> str | None:
                 "file sharding cannot split. To read only each loading group's share, write "
                 "the data as TFRecord (or text) files, or pass dataset_fn to build each "
                 "group's share")
+    if shown.padding is not None:
+        idle, size, padded = shown.padding
+        holds = "holds" if idle == 1 else "hold"
+        return (f"global_batch_size={size} is padded to {padded}, so {idle} of the {groups} "
+                f"loading groups {holds} only padding at every step and would never read the "
+                f"files dealt to them. To read only each loading group's share, use a "
+                f"global_batch_size above {padded - padded // groups}")
     if not shown.readers:
         return (f"it reads no files (no {', '.join(sorted(READERS)[:4])}, ... op; its sources are "
                 f"{', '.join(sorted(shown.sources))})")

@@ -50,7 +50,15 @@ def _unbatched(spec: Any, name: str, batch_rows: int, remainder: str) -> Any:
     import tensorflow as tf
 
     leading = spec.shape[0] if spec.shape.rank else "no leading dim"
-    if leading != batch_rows and not (leading is None and remainder != DROP):
+    if leading is None and remainder == DROP:
+        raise ValueError(
+            f"feature {name} of the already-batched dataset has shape {spec.shape}: its batches "
+            f"can have fewer rows than local_batch_size={batch_rows}, which remainder='drop' "
+            f"does not pad. Batch it with drop_remainder=True (batch({batch_rows}, "
+            f"drop_remainder=True), padded_batch({batch_rows}, ..., drop_remainder=True)); "
+            "where its batches vary in size by design (group_by_window, "
+            "bucket_by_sequence_length), pass remainder='pad'; or pass the unbatched dataset.")
+    if leading != batch_rows and leading is not None:
         raise ValueError(
             f"feature {name} of the already-batched dataset has shape {spec.shape}; "
             f"with batched=True its leading dim must be local_batch_size={batch_rows} "

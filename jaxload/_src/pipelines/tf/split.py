@@ -104,12 +104,13 @@ NOT_SPLIT = Sharding(ELEMENTS)  # what _by_files gives where it cannot split by 
 
 
 def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None,
-          whole: Any = None) -> tuple[Any, Sharding]:
+          whole: Any = None, global_batch_size: int | None = None) -> tuple[Any, Sharding]:
     """This loading group's share of ``ds`` and how it was split; for ``"elements"`` the share
     is None (the caller shards the elements, after skipping to its start row). ``graph``:
     ``ds``'s, read already (whole where it reads files: the share is built from it, by
     TensorFlow's rewrite of the graph, without serializing the pipeline again); ``whole``:
-    the ``GraphDef`` ``ds`` was rebuilt from, where it is not ``graph``'s own. The choice is
+    the ``GraphDef`` ``ds`` was rebuilt from, where it is not ``graph``'s own;
+    ``global_batch_size``: the user's, where ``plan``'s is padded from it. The choice is
     :mod:`~jaxload._src.pipelines.tf.decide`'s, from the facts read here."""
     import tensorflow as tf
 
@@ -118,7 +119,8 @@ def split(ds: Any, plan: Plan, shard: str, graph: DatasetGraph | None = None,
     hints = graph.shard_hints()
     shown = Shown(hints=bool(hints), readers=tuple(graph.readers()),
                   unsplittable=tuple(sorted(graph.ops() & UNSPLITTABLE)),
-                  sources=tuple(_sources(graph)), names_read=False)
+                  sources=tuple(_sources(graph)), names_read=False,
+                  padding=all_padding(plan, global_batch_size))
     how = start(shown, shard, plan.shard_count)
     if how == HINT:
         rewritten = compat.tf_shard_graph(whole, plan.shard_count, plan.shard_index,
@@ -168,8 +170,18 @@ def _by_files(ds: Any, plan: Plan, graph: DatasetGraph, whole: Any, shown: Shown
                                     meant=names_read(graph.graph))
     before = graph.feeding(inserted_shards(rewritten), rewritten)
     own_caches(rewritten, plan, FILES)
-    share = compat.tf_from_graph(rewritten, ds.element_spec)
+    share = compat.tf_from_graph(restorable(rewritten), ds.element_spec)
     return None, share, Sharding(FILES, files=names.count, names=names, before=before)
+
+
+def all_padding(plan: Plan, global_batch_size: int | None) -> tuple[int, int, int] | None:
+    """Where ``global_batch_size`` is padded to ``plan``'s so that some loading groups hold only
+    padding at every step (group ``k``'s block of rows starts at ``k * local_batch_size``):
+    ``(those groups, global_batch_size, padded size)``; else None."""
+    if global_batch_size is None:
+        return None
+    idle = sum(global_batch_size <= k * plan.local_batch_size for k in range(plan.shard_count))
+    return (idle, global_batch_size, plan.global_batch_size) if idle else None
 
 
 def files_of_group(ds: Any, count: int, index: int, graph: Any = None) -> Any:
@@ -180,8 +192,21 @@ def files_of_group(ds: Any, count: int, index: int, graph: Any = None) -> Any:
 
     policy = tf.data.experimental.AutoShardPolicy.FILE
     graph = compat.tf_graph(ds) if graph is None else graph
-    return compat.tf_from_graph(compat.tf_shard_graph(graph, count, index, policy),
+    return compat.tf_from_graph(restorable(compat.tf_shard_graph(graph, count, index, policy)),
                                 ds.element_spec)
+
+
+def restorable(graph: Any) -> Any:
+    """``graph`` (a pipeline's ``GraphDef`` after TensorFlow's file sharding; changed in place)
+    with the shard ops that rewrite inserted no longer requiring a non-empty shard, a check
+    :func:`~jaxload._src.pipelines.tf.decide.why_not_files` makes before (every loading group
+    gets a file). TensorFlow restores such a shard op from a symbolic checkpoint at another
+    position (TensorFlow 2.21, ``TFRecordDataset(files)``, whose rewrite is ``files.shard(K,
+    k).flat_map(TFRecordDataset)``: a group of files of unequal sizes resumed in another
+    group's file); the same op without the flag restores where it was."""
+    for name in inserted_shards(graph):
+        next(node for node in graph.node if node.name == name).attr["require_non_empty"].b = False
+    return graph
 
 
 def under(graph: Any, steps: int, through: str = "") -> Any:
