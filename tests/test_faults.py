@@ -67,13 +67,10 @@ def assert_named(logs, healthy, *parts: str) -> None:
 
 
 CASES = [
-    # backend, processes x devices, fault, what a healthy process must name
-    ("grain", 2, 2, "pipeline", ["process 1 failed while loading step 20", "ValueError: corrupt record"]),
+    # backend, processes x devices, fault, what a healthy process must name: each fault with
+    # each backend once, and each backend and fault at 4 processes once
     ("tf", 2, 2, "pipeline", ["process 1 failed while loading step 20", "ValueError: corrupt record"]),
     ("grain", 4, 2, "pipeline", ["process 1 failed while loading step 20", "ValueError: corrupt record"]),
-    ("tf", 4, 2, "pipeline", ["process 1 failed while loading step 20", "ValueError: corrupt record"]),
-    ("grain", 2, 2, "assembly", ["process 1 failed while assembling step 20",
-                                 "differs from the first one"]),
     ("tf", 2, 2, "assembly", ["process 1 failed while assembling step 20",
                               "ValueError: cannot assemble step 20"]),
     ("grain", 4, 2, "assembly", ["process 1 failed while assembling step 20",
@@ -101,7 +98,7 @@ def test_an_exception_on_one_process_ends_every_process_naming_it(backend, n, d,
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("backend,n,d", [("grain", 2, 2), ("tf", 2, 2), ("grain", 4, 2)])
+@pytest.mark.parametrize("backend,n,d", [("tf", 2, 2), ("grain", 4, 2)])
 def test_a_stuck_pipeline_ends_every_process_with_its_stack(backend, n, d):
     timeout, grace = 4.0, 3.0
     codes, ends, logs, description = run_fault(

@@ -247,6 +247,13 @@ def test_a_grain_elements_fingerprint_hashes_its_leaves_as_fingerprints_add_does
               np.float16(2.5), np.bool_(True), np.array(3 + 4j), np.arange(4, dtype=">i4"),
               np.array(["2026-11-28"], "datetime64[D]"), np.array([5], "timedelta64[s]"),
               np.zeros(3, pair), np.zeros((0, 2), np.int8), np.array(["a"], object)]
+    # and strided views (copied in blocks of their contiguous trailing axes): a flip, a crop,
+    # a channel slice, a step, a transpose, a broadcast, big-endian and structured values
+    image = np.arange(4 * 5 * 3, dtype=np.float32).reshape(4, 5, 3)
+    leaves += [image[:, ::-1], image[1:3, 1:4], image[..., :2], image[::2], image[:, :, ::-1],
+               image.transpose(1, 0, 2), np.broadcast_to(np.arange(3), (4, 3)),
+               np.arange(12, dtype=">i4").reshape(3, 4)[:, 1:], np.zeros((4, 3), pair)[::2],
+               np.arange(10, dtype=np.int8)[::3], image[:, 2:3], image[:0, ::-1]]
     for leaf in leaves:
         element = {"x": leaf, "id": np.int64(7)}
-        assert element_print(element) == reference(element), leaf.dtype
+        assert element_print(element) == reference(element), (leaf.dtype, leaf.strides)
