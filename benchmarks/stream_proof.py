@@ -13,7 +13,10 @@ The pipelines, each split by elements (none of them can be replayed or split by 
 - *jpeg, shard="elements"*: 16 TFRecord files of 4,096 64x64 JPEGs, parsed and decoded in a
   ``map`` (the decode runs on each group's share only, with the proof on or off);
 - *grain IterDataset*: ``MapDataset.range`` of the same rows, a random flip by index,
-  ``to_iter_dataset()`` (jaxload/_src/pipelines/grain/iter_dataset.py: XXH3 per element).
+  ``to_iter_dataset()`` (jaxload/_src/pipelines/grain/iter_dataset.py: XXH3 per element): its
+  elements are views of the arrays, whose bytes only the proof reads;
+- *grain IterDataset, uint8 decoded*: the same over uint8 images, each made float32 in ``[0, 1]``
+  in the map (an element made by the pipeline, as a decode makes it), then flipped.
 Global batch 128 and 16 (8 and 1-4 rows a process), at 2 processes x 4 CPU devices and 4 x 2.
 Timed: 3 passes of one loader, from building it to the last batch ready, slowest process,
 median of interleaved rounds (min-max); and the CPU seconds of the busiest process over the same
@@ -39,7 +42,7 @@ import jaxload.testing
 SECTION = "<!-- stream_proof.py -->"
 N, SIDE, PASSES, FILES = 4096, 32, 3, 16
 GLOBAL_BATCHES = (128, 16)
-PIPELINES = ("generator", "filter", "jpeg", "grain IterDataset")
+PIPELINES = ("generator", "filter", "jpeg", "grain IterDataset", "grain IterDataset, uint8 decoded")
 
 
 def _arrays():
@@ -47,7 +50,8 @@ def _arrays():
 
     rng = np.random.default_rng(0)
     return {"image": rng.random((N, SIDE, SIDE, 3), dtype=np.float32),
-            "label": np.arange(N, dtype=np.int64)}
+            "label": np.arange(N, dtype=np.int64),
+            "uint8": rng.integers(0, 256, (N, SIDE, SIDE, 3), dtype=np.uint8)}
 
 
 def write_jpegs(root: str) -> list[str]:
@@ -80,11 +84,12 @@ def _augment(e):
     return {"image": tf.image.stateless_random_brightness(image, 0.2, seed), "label": e["label"]}
 
 
-def _grain_dataset(data):
+def _grain_dataset(data, decoded: bool = False):
     import grain
+    import numpy as np
 
     def row(i):
-        image = data["image"][i]
+        image = data["uint8"][i].astype(np.float32) / 255 if decoded else data["image"][i]
         return {"image": image[:, ::-1] if i % 2 else image, "label": data["label"][i]}
 
     return grain.MapDataset.range(N).map(row).to_iter_dataset()
@@ -114,16 +119,39 @@ def _dataset(name: str, data, files: list[str]):
     return tf.data.TFRecordDataset(files).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _passes(name: str, data, files: list[str], checks: str, batch: int) -> tuple[float, float]:
-    """Seconds of 3 passes of one loader, its build included: wall-clock, and the process's
-    CPU seconds (all its threads; Grain's worker processes are not used here)."""
+def _fingerprints_timed() -> list[float]:
+    """Times each Grain element's fingerprint (the CPU seconds of the thread that takes it,
+    added up in the list returned; the timer adds about 0.3 us an element)."""
+    from jaxload._src.pipelines.grain import iter_dataset
+
+    spent, fingerprint = [0.0], iter_dataset.element_print
+    fingerprint = getattr(fingerprint, "timed", fingerprint)
+
+    def timed(*args):
+        start = time.thread_time()
+        try:
+            return fingerprint(*args)
+        finally:
+            spent[0] += time.thread_time() - start
+
+    timed.timed = fingerprint  # type: ignore[attr-defined]
+    iter_dataset.element_print = timed
+    return spent
+
+
+def _passes(name: str, data, files: list[str], checks: str, batch: int
+            ) -> tuple[float, float, float]:
+    """Seconds of 3 passes of one loader, its build included: wall-clock, the process's CPU
+    seconds (all its threads; Grain's worker processes are not used here), and of those the
+    Grain elements' fingerprints' (0 for tf.data, whose proof runs inside TensorFlow)."""
     import jax
     from jax.experimental import multihost_utils
 
     multihost_utils.sync_global_devices(f"stream_proof {name} {checks} {batch}")
+    spent = _fingerprints_timed()
     started, cpu = time.perf_counter(), time.process_time()
     if name.startswith("grain"):
-        loader = jaxload.from_grain(_grain_dataset(data), jaxload.data_parallel(),
+        loader = jaxload.from_grain(_grain_dataset(data, "decoded" in name), jaxload.data_parallel(),
                                     global_batch_size=batch, checks=checks)
     else:
         loader = jaxload.from_tf_data(_dataset(name, data, files), jaxload.data_parallel(),
@@ -132,7 +160,7 @@ def _passes(name: str, data, files: list[str], checks: str, batch: int) -> tuple
     for _ in range(PASSES):
         for batch in loader:
             jax.block_until_ready(batch)
-    return time.perf_counter() - started, time.process_time() - cpu
+    return time.perf_counter() - started, time.process_time() - cpu, spent[0]
 
 
 def measure(rounds: int, files: list[str]) -> dict:
@@ -143,10 +171,18 @@ def measure(rounds: int, files: list[str]) -> dict:
         for batch in GLOBAL_BATCHES:
             for r in range(rounds):
                 for checks in ("first", "never") if r % 2 == 0 else ("never", "first"):
-                    wall, cpu = _passes(name, data, files, checks, batch)
+                    wall, cpu, prints = _passes(name, data, files, checks, batch)
                     out.setdefault(f"{name}|{batch}|{checks}", []).append(wall)
                     out.setdefault(f"{name}|{batch}|{checks}|cpu", []).append(cpu)
+                    out.setdefault(f"{name}|{batch}|{checks}|prints", []).append(prints / cpu)
     return out
+
+
+def _share(results: list[dict], key: str) -> str:
+    """The Grain fingerprints' share of the busiest process's CPU with the proof on, median of
+    the rounds (the process with the largest share in each); "-" where TensorFlow runs it."""
+    shares = slowest(results, f"{key}|first|prints")
+    return f"{statistics.median(shares):.1%}" if any(shares) else "-"
 
 
 def rows(topology: str, results: list[dict]) -> list[str]:
@@ -160,7 +196,7 @@ def rows(topology: str, results: list[dict]) -> list[str]:
             lines.append(f"| {topology} | {name} | {batch} | {ms_cell(times['never'], PASSES)} | "
                          f"{ms_cell(times['first'], PASSES)} | {ratio:.2f} | "
                          f"{cpu['never'] / PASSES * 1e3:.0f} / {cpu['first'] / PASSES * 1e3:.0f} | "
-                         f"{cpu['first'] / cpu['never']:.2f} |")
+                         f"{cpu['first'] / cpu['never']:.2f} | {_share(results, key)} |")
     return lines
 
 
@@ -169,7 +205,8 @@ def main() -> None:
     rounds = 2 if args.quick else 5
     started = time.perf_counter()
     table = ["| topology | pipeline | global batch | proof off, ms a pass | proof on, ms a pass | "
-             "on / off | CPU ms a pass, off / on | CPU on / off |", "|---|---|---|---|---|---|---|---|"]
+             "on / off | CPU ms a pass, off / on | CPU on / off | fingerprints, of the CPU on |",
+             "|---|---|---|---|---|---|---|---|---|"]
     topologies = "2x4,4x2" if args.topologies == "1x8,2x4,4x2" else args.topologies
     with tempfile.TemporaryDirectory() as root:
         files = write_jpegs(root)
@@ -183,14 +220,19 @@ def main() -> None:
         "", f"{N} rows split by elements over every process (`data_parallel()`): a generator "
         f"and a filter over {SIDE}x{SIDE}x3 float32 images in memory, {FILES} TFRecord files "
         "of 64x64 JPEGs with `shard=\"elements\"`, and a Grain `IterDataset` of the same "
-        "images (`to_iter_dataset()`, hashed per element with XXH3); milliseconds a pass over "
+        "images (`to_iter_dataset()`, hashed per element with XXH3: views of the arrays, whose "
+        "bytes only the proof reads), and of uint8 images made float32 in its map (elements "
+        "the pipeline makes, as a decode does); milliseconds a pass over "
         f"{PASSES} passes of one loader (its build included), slowest process, median of "
         f"{rounds} interleaved rounds (min-max). *Off*: `checks=\"never\"` (`shard(K, k)`, no "
         "first-step check); *on*: the default, which reads each global batch whole below the "
         "last maps, fingerprints its elements and compares one digest per step in the step "
         "agreement (a pass then reads each round's window ahead). *CPU*: the CPU seconds of the "
         "busiest process (all its threads) a pass, median, which this shared machine's load "
-        "disturbs less than wall-clock time.", "",
+        "disturbs less than wall-clock time. *Fingerprints*: the CPU time of the Grain "
+        "elements' fingerprints, timed around each (the timer adds about 0.3 us an element), "
+        "as a share of the process's CPU with the proof on: the proof's own cost, which the "
+        "difference of two noisy totals only bounds.", "",
         *table, "", ended(started)])
 
 
