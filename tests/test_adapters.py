@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 
 import grain
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import jaxload
+from jaxload._src import told
 
 
 @pytest.fixture
@@ -224,3 +226,25 @@ def test_a_data_loader_state_of_another_source_is_refused_at_set_state(layout):
     steps.close()
     with pytest.raises(ValueError, match=r"(?s)DataSource in checkpoint does not match.*__repr__"):
         make().set_state(state)
+
+
+def test_tf_elements_batched_by_the_pipeline_without_batched_true_are_named(layout):
+    # ds.batch(n) passed without batched=True: an unknown leading dim was refused with advice to
+    # pad or crop, and a batch of local_batch_size rows was batched again with no word
+    def rows():
+        return tf.data.Dataset.range(64).map(lambda i: {"x": i})
+
+    with pytest.raises(ValueError, match=r"Its elements are batches \(its last op but maps and "
+                                         r"prefetches is a batch\): if they are per-process "
+                                         r"batches, pass batched=True"):
+        jaxload.from_tf_data(rows().batch(8), layout, global_batch_size=8)
+    told.forget()
+    with pytest.warns(UserWarning, match=r"elements are batches of 8 rows .* batches "
+                                         r"local_batch_size=8 of them .* pass batched=True"):
+        jaxload.from_tf_data(rows().batch(8, drop_remainder=True).prefetch(1), layout,
+                             global_batch_size=8)
+    told.forget()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a window of 3 per element, and plain rows: no word
+        jaxload.from_tf_data(rows().batch(3, drop_remainder=True), layout, global_batch_size=8)
+        jaxload.from_tf_data(rows().batch(8).unbatch(), layout, global_batch_size=8)

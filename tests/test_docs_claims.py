@@ -116,7 +116,8 @@ def known() -> list[list[str | None]]:
 
 FOREIGN = ("jax.distributed.initialize() must be called before any JAX",  # JAX's own messages
            "... unexpectedly tried to connect with a different incarnation",
-           "Use .at[...].get(out_sharding=)", "Terminating process because the JAX distributed")
+           "Use .at[...].get(out_sharding=)", "Terminating process because the JAX distributed",
+           "Contracting dimensions are sharded and it is ambiguous")
 
 
 OURS = [q for q in QUOTED if not q[1].startswith(FOREIGN)]

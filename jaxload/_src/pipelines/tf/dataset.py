@@ -65,8 +65,9 @@ class TfDataset:
 
     def __init__(self, ds: Any, plan: Plan, *, global_batch_size: int, shard: bool | str,
                  batched: bool, remainder: str, prove: bool = True):
-        check_element_spec(ds, plan.local_batch_size if batched else None, remainder)
         graph, user = read_graph(ds), ds  # the one serialization of the pipeline
+        check_element_spec(ds, plan.local_batch_size if batched else None, remainder, graph.graph,
+                           (plan.local_batch_size, global_batch_size))
         self._symbolic, whole = graph.symbolic(), graph.graph  # what rewrites start from
         if self._symbolic and graph.ops() & PARALLEL_INTERLEAVES and (
                 changed := sequential_graph(whole)) is not None:
