@@ -136,10 +136,15 @@ def parser() -> argparse.ArgumentParser:
 
     launch = commands.add_parser("launch", help="run a command in N local processes with fake "
                                  "CPU devices, as a JAX cluster")
-    launch.add_argument("-n", "--num-processes", type=int, required=True)
-    launch.add_argument("--local-devices", type=int, default=1)
-    launch.add_argument("--timeout", type=float, default=3600, help="seconds (default 3600)")
-    launch.add_argument("command", nargs=argparse.REMAINDER)
+    launch.add_argument("-n", "--num-processes", type=int, required=True,
+                        help="processes to start, each a JAX process of the cluster")
+    launch.add_argument("--local-devices", type=int, default=1,
+                        help="fake CPU devices each process has (default 1)")
+    launch.add_argument("--timeout", type=float, default=3600,
+                        help="seconds before every process is stopped (default 3600)")
+    launch.add_argument("command", nargs=argparse.REMAINDER,
+                        help="after --: the command each process runs, e.g. python train.py, "
+                             "which calls jaxload.initialize() without coordinates")
     launch.set_defaults(run=_launch)
     return top
 
