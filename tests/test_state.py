@@ -128,3 +128,15 @@ def test_the_users_own_batches_over_several_groups_resume_exactly(clusters):
                 assert want.keys() == have.keys()
                 for device in want:
                     np.testing.assert_array_equal(want[device], have[device], err_msg=backend)
+
+
+def test_a_state_of_a_pipeline_split_another_way_says_why_and_what_to_do():
+    # two files split by files at 2 loading groups fall back to elements at 4: the refusal named
+    # only the two backends
+    from jaxload._src.state import check_unchanged
+
+    with pytest.raises(ValueError, match=r"backend='tf.data/files', this loader has "
+                       r"backend='tf.data'; .* split another way here .* shard='elements'"):
+        check_unchanged({"backend": "tf.data/files"}, {"backend": "tf.data"}, ("backend",))
+    with pytest.raises(ValueError, match=r"remainder mode$"):
+        check_unchanged({"backend": "grain"}, {"backend": "tf.data"}, ("backend",))

@@ -487,3 +487,29 @@ def test_a_padded_batch_whose_groups_hold_only_padding_is_not_split_by_files(clu
     for r in results:
         assert len(r["told"]) == 1 and "global_batch_size=3 is padded to 8, so 1 of the 2 " \
             "loading groups holds only padding" in r["told"][0], r["told"]
+
+
+def filtered_rows(remainder: str) -> list[int]:
+    """Worker: this process's real rows of a pass of ``range(80).filter(i < 50)`` (its length
+    unknown to tf.data, so split by elements and proved by its stream), global batch 8."""
+    import tensorflow as tf
+
+    import jaxload
+
+    ds = tf.data.Dataset.range(80).filter(lambda i: i < 50).map(lambda i: {"id": i})
+    loader = jaxload.from_tf_data(ds, make_layout("data_parallel"), global_batch_size=8,
+                                  remainder=remainder)
+    return [int(i) for batch in loader for s, m in zip(
+        batch["id"].addressable_shards, batch.get("mask", batch["id"]).addressable_shards,
+        strict=True) for i, real in zip(np.asarray(s.data), np.asarray(m.data), strict=True)
+        if remainder == "drop" or real]
+
+
+@pytest.mark.cluster
+def test_a_last_global_batch_shorter_than_the_loading_groups_ends_the_pass(clusters):
+    # 4 loading groups, a last global batch of 2 rows: group 3 kept rows range(3, 2, 4) of it,
+    # which TensorFlow's tf.range refuses (InvalidArgumentError at the pass's last step)
+    for remainder, rows in (("pad", 50), ("drop", 48)):
+        results = clusters.run(filtered_rows, num_processes=4, local_devices=2,
+                               args=(remainder,), timeout_s=240)
+        assert sorted(i for r in results for i in r) == list(range(rows)), remainder

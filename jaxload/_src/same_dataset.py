@@ -38,9 +38,11 @@ LABELS = {"split": "how jaxload splits it (by files, by elements or at a shard(S
           "sampler": "the sampler (without its shard options)",
           "source_length": "the source's length", "records": "the hash of a few source records",
           "produced": "the hash of what the operations make of a few source records",
-          "source rows": "the arrays under the pipeline (from_tensor_slices, from_tensors: a "
-                         "list shuffled in Python without a seed differs by process, e.g. Keras's "
-                         "*_dataset_from_directory or split_dataset with seed=None: pass seed=)"}
+          "source rows": "the arrays under the pipeline (from_tensor_slices, from_tensors, a "
+                         "reader's file names: a list shuffled in Python without a seed differs by "
+                         "process, e.g. Keras's *_dataset_from_directory or split_dataset with "
+                         "seed=None: pass seed=; file names from glob.glob or os.listdir come in "
+                         "another order on each host: sort them)"}
 _FIX = ("Every process must pass the same dataset (the same source and order, its random "
         "operations seeded alike, e.g. not by jax.process_index()); jaxload splits it between the "
         "loading groups.")

@@ -247,6 +247,13 @@ def check_format(state: Any) -> None:
     check_fields(state)
 
 
+_SPLIT = ("; the tf.data pipeline is split another way here (by files or by elements: with another "
+          "number of loading groups, file sharding can fall back to elements, as a "
+          "ShardingWarning says). Resume on the topology the state was taken on, start the pass "
+          "afresh (no set_state), or build the loaders with shard='elements', which continues "
+          "at any global row")
+
+
 def check_unchanged(state: State, mine: State, keys: tuple[str, ...]) -> None:
     """What no resume can change: the backend, the remainder mode, the pipeline's length and
     fingerprint (where known on both sides: not for tf.data of a generator, say)."""
@@ -255,6 +262,8 @@ def check_unchanged(state: State, mine: State, keys: tuple[str, ...]) -> None:
         if key in ("length", "fingerprint") and (was is None or now is None):
             continue
         if was != now:
+            split = key == "backend" and all(str(b).startswith("tf.data") for b in (was, now))
             raise ValueError(f"the state was taken with {key}={was!r}, this loader has "
                              f"{key}={now!r}; a state continues only the same pipeline, "
-                             "backend and remainder mode" + (_FINGERPRINT if key == "fingerprint" else ""))
+                             "backend and remainder mode" + (
+                                 _FINGERPRINT if key == "fingerprint" else _SPLIT if split else ""))

@@ -104,8 +104,9 @@ class Split:
             fps = [tf.fingerprint(tf.reshape(x, [tf.shape(x)[0], -1])) for x in leaves]
             fp = fps[0] if len(fps) == 1 else tf.fingerprint(tf.concat(fps, axis=1))
             n = tf.shape(fp)[0]
-            # rows k::K by gather: a strided slice of a batch costs TensorFlow 2.21 twice as much
-            kept = [tf.gather(x, tf.range(group, n, groups)) for x in leaves]
+            # rows k::K by gather: a strided slice of a batch costs TensorFlow 2.21 twice as much;
+            # none where a last, partial global batch ends before row k (tf.range refuses k > n)
+            kept = [tf.gather(x, tf.range(tf.minimum(group, n), n, groups)) for x in leaves]
             rows = tf.shape(kept[0])[0]
             blocks = (n + groups - 1) // groups
             per_block = tf.reshape(tf.pad(fp, [[0, blocks * groups - n], [0, 0]]),
