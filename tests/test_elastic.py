@@ -395,3 +395,58 @@ def test_an_orbax_v1_checkpoint_waits_for_every_process_file(clusters, tmp_path)
     seen = clusters.run(slow_process_saves, num_processes=2, local_devices=2,
                         args=(str(tmp_path / "ckpt"),), timeout_s=120)
     assert seen == [["process_0-of-2.json", "process_1-of-2.json"]] * 2
+
+
+
+def resumed_from_process_1(layout_name: str, remainder: str, path: str) -> dict:
+    """Worker: the rest of a pass of a shuffled MapDataset (global batch 8) resumed by every
+    process from the state process 1 took after 5 steps at 2 processes x 2 devices, recorded
+    from the arrays."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    from placement import record
+
+    def ds():
+        return grain.MapDataset.range(203).shuffle(seed=7).map(lambda i: {"id": np.int64(i)})
+
+    taken = jaxload.from_grain(ds(), jaxload.data_parallel(), global_batch_size=8,
+                               remainder=remainder)
+    with closing(iter(taken)) as steps:
+        for _ in range(5):
+            next(steps)
+    if jax.process_index() == 1:
+        Path(path).write_text(json.dumps(taken.get_state()))
+    multihost_utils.sync_global_devices("state written")
+    layout = (jaxload.data_parallel() if layout_name == "data_parallel" else
+              jaxload.model_replicas_across_processes(2))
+    loader = jaxload.from_grain(ds(), layout, global_batch_size=8, remainder=remainder)
+    loader.set_state(json.loads(Path(path).read_text()))
+    steps, first = [], None
+    for batch in loader:
+        steps.append(record(batch))
+        first = first or {key: loader.get_state()[key] for key in ("step", "rows")}
+    return {"steps": steps, "first": first,
+            "order": [int(i) for i in ds().to_iter_dataset().map(lambda e: e["id"])]}
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("layout_name", ["data_parallel", "across_processes"])
+def test_every_process_resuming_one_process_s_state_continues_at_its_global_row(
+        clusters, tmp_path, layout_name):
+    # process 1's state handed to every process: the processes of group 1 continued its backend
+    # position at step 5, those of group 0 (another shard_index) restarted at its global row at
+    # step 0, so that the processes went out of step (rows lost, extra steps, or a failure)
+    for remainder, steps in (("drop", 20), ("pad", 21)):
+        results = clusters.run(resumed_from_process_1, num_processes=2, local_devices=2,
+                               args=(layout_name, remainder, str(tmp_path / "state.json")),
+                               timeout_s=240)
+        order = results[0]["order"]
+        assert [r["first"] for r in results] == [results[0]["first"]] * 2, results  # in step
+        assert [len(r["steps"]) for r in results] == [steps] * 2, remainder
+        for s in range(steps):
+            rows = global_rows(s, "['id']", results)  # (also: the processes agree)
+            mask = global_rows(s, "['mask']", results) if remainder == "pad" else None
+            expected = order[40 + 8 * s: 48 + 8 * s]  # each step: the next 8 of the order
+            real = sorted(int(v) for r, v in rows.items() if mask is None or mask[r])
+            assert real == sorted(expected), (remainder, s, real, expected)

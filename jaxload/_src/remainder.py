@@ -67,10 +67,11 @@ def padded_batch_size(layout: Any, global_batch_size: int, remainder: str) -> in
         raise ValueError(f"global_batch_size={global_batch_size!r} must be a positive int")
     physical: int = -(-global_batch_size // shards) * shards
     if physical != global_batch_size and remainder != PAD:
+        below = physical - shards
         raise ValueError(
             f"global_batch_size={global_batch_size} is not a multiple of the {shards} batch "
             f"shards of the layout, and remainder={remainder!r} cannot fill the difference. Use "
-            f"a multiple of {shards} (e.g. {max(physical - shards, shards)} or {physical}), or "
+            f"a multiple of {shards} (e.g. {f'{below} or ' if below else ''}{physical}), or "
             f"remainder='pad': the batch then has {physical} rows, the last "
             f"{physical - global_batch_size} of them padding with mask=False.")
     return physical

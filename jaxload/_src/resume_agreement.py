@@ -27,13 +27,21 @@ class _Report:
     refused: str | None = None  # this process's ValueError, or None: the state fits here
 
 
+@dataclasses.dataclass(frozen=True)
+class _Moved:
+    moved: bool = False  # the state's plan differs from this process's loader's
+
+
 def agreed_resume_point(state: Any, mine: states.State, pipeline: Pipeline, loader: str,
                         timeout_s: float) -> states.Position:
     """:func:`jaxload._src.state.resume_point` of ``state`` for the loader named ``loader``
     whose own state is ``mine`` over ``pipeline``, agreed by every process (:func:`agree`)."""
+    elsewhere = _any_moved(bool(states.moved(state, mine)), whereabouts.CREATED.new(
+        f"loader/{loader}/set_state/plans", f"set_state of loader {loader!r}: plans (call "
+        "{ordinal})"), timeout_s)
     try:
         resume, refusal = states.resume_point(state, mine, pipeline.not_resumable,
-                                              pipeline.elastic), None
+                                              pipeline.elastic, elsewhere), None
         check = getattr(pipeline, "check_position", None)  # where a backend checks its own
         if check is not None:  # under a schedule a step takes one or more pipeline batches
             check(resume, batch_a_step="schedule" not in mine["plan"])
@@ -43,6 +51,17 @@ def agreed_resume_point(state: Any, mine: states.State, pipeline: Pipeline, load
                                            f"set_state of loader {loader!r} (call {{ordinal}})"),
           timeout_s)
     return resume
+
+
+def _any_moved(moved: bool, name: Name, timeout_s: float) -> bool:
+    """Whether the plan of the state differs from the loader's on any process: then every
+    process restarts at the state's global row (a state of one process handed to all of them:
+    the processes of its loading group would otherwise continue its position at its step, and
+    the others restart at step 0, out of step)."""
+    def decide(reports: Reports) -> tuple[str, bool]:
+        return "moved" if any(r.moved for r in reports.parsed(_Moved).values()) else "", True
+
+    return agreement.gather(name, json.dumps({"moved": moved}), decide, timeout_s) == "moved"
 
 
 def agree(refusal: ValueError | None, name: Name, timeout_s: float) -> None:

@@ -187,18 +187,30 @@ def describe(backend: str, plan: Any, remainder: str, elastic: Elastic,
     }
 
 
+def moved(state: Any, mine: State) -> list[tuple[str, Any, Any]]:
+    """What differs between the plan ``state`` was taken under and this loader's ``mine``
+    (``(key, in the state, here)``); empty for the same plan, or a state that is no state."""
+    plan = state.get("plan") if isinstance(state, dict) else None
+    if not isinstance(plan, dict):
+        return []
+    was = {"rows_per_step": plan.get("global_batch_size"), **plan}
+    return [(key, was.get(key), mine["plan"].get(key)) for key in (*_PLAN_KEYS, "schedule")
+            if was.get(key) != mine["plan"].get(key)]
+
+
 def resume_point(state: Any, mine: State, not_resumable: str | None,
-                 elastic: Elastic) -> Position:
+                 elastic: Elastic, elsewhere: bool = False) -> Position:
     """Where a loader whose own state is ``mine`` continues from ``state``: the start of its next
     pass (``step``, ``origin``, backend ``position``). Raises a ValueError naming what differs.
+    ``elsewhere``: the plan differs on another process (a state of one process handed to every
+    process), so this one restarts at the state's global row too, in step with the others.
     """
     check_format(state)
     if not_resumable:
         raise ValueError(f"a {mine['backend']} loader cannot resume from a state: {not_resumable}")
     check_unchanged(state, mine, ("backend", "remainder"))
-    was = {"rows_per_step": state["plan"]["global_batch_size"], **state["plan"]}
-    changed = [(key, was.get(key), mine["plan"].get(key)) for key in (*_PLAN_KEYS, "schedule")
-               if was.get(key) != mine["plan"].get(key)]
+    changed = moved(state, mine) or ([("the plan of another process", "another", "this one")]
+                                     if elsewhere else [])
     start = _repositioned(state, changed, elastic) if changed else _exact(state, elastic)
     if "schedule" in mine["plan"] and changed:  # the schedule goes on at the state's step
         start = {**start, "step": state["step"], "origin_step": state["step"],

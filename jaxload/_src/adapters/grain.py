@@ -141,8 +141,10 @@ def from_grain(
         "a grain.DataLoader" if isinstance(ds, grain.DataLoader) else
         "batched=True" if batched else None)
     if plan.global_batch_size != size:
-        check_padded_options(shard, batched, None if isinstance(ds, grain.MapDataset)
-                             else f"a {type(ds).__name__}")
+        check_padded_options(shard, batched, None if isinstance(ds, grain.MapDataset) else
+                             "a grain.DataLoader" if isinstance(ds, grain.DataLoader) else
+                             f"a grain.IterDataset ({type(ds).__name__}: pass the MapDataset "
+                             "it was made from, before to_iter_dataset())")
     pipeline: Pipeline
     if isinstance(ds, grain.MapDataset):
         pipeline = GrainMapDataset(ds, plan, global_batch_size=size, shard=shard,

@@ -54,8 +54,7 @@ class GrainMapDataset:
         rows = plan.local_batch_size
         self._rows = max(rows_read(plan, global_batch_size), 1) if self._padded else rows
         self.batches = self.from_row(0)
-        self.by_index = (read_options is None and
-                         (batched or not compat.drops_elements(self._group(0))))
+        self.by_index = read_options is None and not compat.drops_elements(self._group(0))
         self.elastic = self._elastic()
 
     def spec(self) -> LocalSpec | None:
@@ -64,8 +63,8 @@ class GrainMapDataset:
     def from_row(self, start: int) -> Callable[[Any], Iterable[tuple[HostBatch, Any]]]:
         """``batches(position)`` of this group's share from global row ``start`` on."""
         group = self._group(start)
-        by_index = group if self._batched else _batched_by_index(group, self._rows,
-                                                                 self._remainder)
+        by_index = (None if compat.drops_elements(group) else group) if self._batched else (
+            _batched_by_index(group, self._rows, self._remainder))  # a filter: None at its holes
         batches: LocalBatches
         if by_index is None:  # Grain cannot batch it by index: iterate, then batch
             elements = group.to_iter_dataset(self._read_options or _no_threads())
