@@ -116,5 +116,7 @@ def test_drop_refuses_a_batch_that_is_not_a_multiple_of_the_shards():
                        r"shards.*e\.g\. 8 or 16\), or remainder='pad': the batch then has 16 "
                        "rows, the last 4 of them padding"):
         jaxload.from_grain(ds, layout, global_batch_size=12)
+    with pytest.raises(ValueError, match=r"Use a multiple of 8 \(e\.g\. 8\), or"):
+        jaxload.from_grain(ds, layout, global_batch_size=3)  # not "e.g. 8 or 8"
     with pytest.raises(ValueError, match="cannot be used with shard=False"):
         jaxload.from_grain(ds, layout, global_batch_size=3, remainder="pad", shard=False)
