@@ -203,15 +203,19 @@ def resume_point(state: Any, mine: State, not_resumable: str | None,
     """Where a loader whose own state is ``mine`` continues from ``state``: the start of its next
     pass (``step``, ``origin``, backend ``position``). Raises a ValueError naming what differs.
     ``elsewhere``: the plan differs on another process (a state of one process handed to every
-    process), so this one restarts at the state's global row too, in step with the others.
+    process), so this one restarts at the state's global row too, in step with the others
+    (where the pipeline can; where it cannot, the others refuse the state).
     """
     check_format(state)
     if not_resumable:
         raise ValueError(f"a {mine['backend']} loader cannot resume from a state: {not_resumable}")
     check_unchanged(state, mine, ("backend", "remainder"))
-    changed = moved(state, mine) or ([("the plan of another process", "another", "this one")]
-                                     if elsewhere else [])
-    start = _repositioned(state, changed, elastic) if changed else _exact(state, elastic)
+    changed = moved(state, mine)
+    if changed or elsewhere and "rows" in state and elastic.from_row is not None and not (
+            elastic.refuses and elastic.refuses(state)):  # (else the others refuse it)
+        start = _repositioned(state, changed, elastic)
+    else:
+        start = _exact(state, elastic)
     if "schedule" in mine["plan"] and changed:  # the schedule goes on at the state's step
         start = {**start, "step": state["step"], "origin_step": state["step"],
                  "steps_before": state.get("steps_before", 0)}
