@@ -211,12 +211,10 @@ def resume_point(state: Any, mine: State, not_resumable: str | None,
         raise ValueError(f"a {mine['backend']} loader cannot resume from a state: {not_resumable}")
     check_unchanged(state, mine, ("backend", "remainder"))
     changed = moved(state, mine)
-    if changed or elsewhere and "rows" in state and elastic.from_row is not None and not (
-            elastic.refuses and elastic.refuses(state)):  # (else the others refuse it)
-        start = _repositioned(state, changed, elastic)
-    else:
-        start = _exact(state, elastic)
-    if "schedule" in mine["plan"] and changed:  # the schedule goes on at the state's step
+    repositioned = bool(changed) or elsewhere and "rows" in state and (
+        elastic.from_row is not None and not (elastic.refuses and elastic.refuses(state)))
+    start = _repositioned(state, changed, elastic) if repositioned else _exact(state, elastic)
+    if "schedule" in mine["plan"] and repositioned:  # the schedule goes on at the state's step
         start = {**start, "step": state["step"], "origin_step": state["step"],
                  "steps_before": state.get("steps_before", 0)}
     check_unchanged(state, mine, ("length", "fingerprint"))
