@@ -42,7 +42,29 @@ def add(h: Any, data: np.ndarray) -> None:
     """Adds an array's dtype, shape and bytes to ``h`` (a ``hashlib``-like hash)."""
     data = np.asarray(data)
     h.update(f"{data.dtype.str}{data.shape}".encode())
-    h.update(np.ascontiguousarray(data).reshape(-1).view(np.uint8))  # bytes of any dtype, no copy
+    h.update(in_order(data))
+
+
+def in_order(data: np.ndarray) -> np.ndarray:
+    """The bytes of an array in their logical order (C-contiguous ``uint8``; no copy where it
+    is C-contiguous). A strided one is copied a block at a time: its trailing axes that lie
+    contiguous (a pixel's channels, a cropped row) are one item of a ``void`` dtype, so that
+    numpy's copy moves blocks, not single values (a flipped 32x32x3 image: a third less time).
+
+    Example:
+      >>> image = np.arange(24, dtype=np.float32).reshape(2, 4, 3)
+      >>> flipped = image[:, ::-1]
+      >>> in_order(flipped).tobytes() == np.ascontiguousarray(flipped).tobytes()
+      True
+    """
+    blocks = data
+    try:
+        while blocks.ndim and blocks.strides[-1] == blocks.itemsize and blocks.shape[-1] > 1 and (
+                not blocks.flags.c_contiguous):
+            blocks = blocks.view(np.dtype((np.void, blocks.itemsize * blocks.shape[-1])))[..., 0]
+    except (TypeError, ValueError):  # a view numpy refuses: value by value
+        blocks = data
+    return np.ascontiguousarray(blocks).reshape(-1).view(np.uint8)
 
 
 class ShardRecord(NamedTuple):
